@@ -1,0 +1,135 @@
+//! Direct NCHW convolution and pooling (semantics in `rlx_ir::ops::conv`).
+
+use crate::buffer::{Args, Buffer, Class, Float, out_mut};
+use crate::with_float;
+use rlx_ir::{Conv2dParams, PoolParams, Result};
+
+/// Input `[n, c, h, w]`, output `[n, o, oh, ow]`, window `[kh, kw]`.
+#[derive(Clone, Debug)]
+pub struct Geometry {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+    /// Top and left padding (bottom/right only shape the output extent).
+    pub pad: [usize; 2],
+}
+
+impl Geometry {
+    pub fn conv(x: &[usize], w: &[usize], out: &[usize], p: &Conv2dParams) -> Geometry {
+        Geometry {
+            n: x[0],
+            c: x[1],
+            h: x[2],
+            w: x[3],
+            o: out[1],
+            oh: out[2],
+            ow: out[3],
+            kh: w[2],
+            kw: w[3],
+            stride: p.stride,
+            dilation: p.dilation,
+            pad: [p.padding[0], p.padding[1]],
+        }
+    }
+
+    pub fn pool(x: &[usize], out: &[usize], p: &PoolParams) -> Geometry {
+        Geometry {
+            n: x[0],
+            c: x[1],
+            h: x[2],
+            w: x[3],
+            o: out[1],
+            oh: out[2],
+            ow: out[3],
+            kh: p.kernel[0],
+            kw: p.kernel[1],
+            stride: p.stride,
+            dilation: [1, 1],
+            pad: [p.padding[0], p.padding[1]],
+        }
+    }
+
+    /// Input row/column read by output position `y` (or `x`) and tap `k` on axis `a`,
+    /// or `None` when it falls in the padding.
+    #[inline]
+    fn source(&self, a: usize, out_pos: usize, k: usize, extent: usize) -> Option<usize> {
+        (out_pos * self.stride[a] + k * self.dilation[a]).checked_sub(self.pad[a]).filter(|&i| i < extent)
+    }
+}
+
+pub fn conv2d(g: &Geometry, groups: usize, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_float!(class, T => {
+        let bias: Option<&[T]> = if ins.len() > 2 { Some(ins.get(2)?) } else { None };
+        conv_typed::<T>(g, groups, ins.get(0)?, ins.get(1)?, bias, out_mut(out)?);
+        Ok(())
+    })
+}
+
+fn conv_typed<T: Float>(g: &Geometry, groups: usize, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
+    let (cg, og) = (g.c / groups, g.o / groups);
+    for b in 0..g.n {
+        for f in 0..g.o {
+            let group = f / og;
+            for y in 0..g.oh {
+                for xo in 0..g.ow {
+                    let mut acc = bias.map_or(T::ZERO, |bias| bias[f]);
+                    for ci in 0..cg {
+                        let chan = group * cg + ci;
+                        for ky in 0..g.kh {
+                            let Some(iy) = g.source(0, y, ky, g.h) else { continue };
+                            for kx in 0..g.kw {
+                                let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
+                                let xv = x[((b * g.c + chan) * g.h + iy) * g.w + ix];
+                                let wv = w[((f * cg + ci) * g.kh + ky) * g.kw + kx];
+                                acc = acc + xv * wv;
+                            }
+                        }
+                    }
+                    out[((b * g.o + f) * g.oh + y) * g.ow + xo] = acc;
+                }
+            }
+        }
+    }
+}
+
+/// Max pooling (`avg = None`) or average pooling (`avg = Some(count_include_pad)`).
+pub fn pool(g: &Geometry, avg: Option<bool>, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_float!(class, T => {
+        pool_typed::<T>(g, avg, ins.get(0)?, out_mut(out)?);
+        Ok(())
+    })
+}
+
+fn pool_typed<T: Float>(g: &Geometry, avg: Option<bool>, x: &[T], out: &mut [T]) {
+    for plane in 0..g.n * g.c {
+        let src = &x[plane * g.h * g.w..(plane + 1) * g.h * g.w];
+        for y in 0..g.oh {
+            for xo in 0..g.ow {
+                let mut acc = if avg.is_some() { T::ZERO } else { T::MAX_ID };
+                let mut count = 0usize;
+                for ky in 0..g.kh {
+                    let Some(iy) = g.source(0, y, ky, g.h) else { continue };
+                    for kx in 0..g.kw {
+                        let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
+                        let v = src[iy * g.w + ix];
+                        acc = if avg.is_some() { acc + v } else { acc.max_nan(v) };
+                        count += 1;
+                    }
+                }
+                out[(plane * g.oh + y) * g.ow + xo] = match avg {
+                    None => acc,
+                    Some(true) => acc / T::from_usize(g.kh * g.kw),
+                    Some(false) => acc / T::from_usize(count),
+                };
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Elementwise kernels: binary, compare, where, unary, cast (semantics in
+//! `rlx_ir::ops::elementwise`).
+
+use crate::buffer::{Args, Buffer, Class, Elem, Float, Num, out_mut};
+use crate::with_class;
+use rlx_ir::shape::{broadcast_strides, numel};
+use rlx_ir::{BinaryOp, CompareOp, DType, Error, Result, Unary, i64_to_float_bits, round_to_float_dtype};
+
+/// Reads up to three operands broadcast to one output shape.
+#[derive(Clone, Debug)]
+pub struct Broadcast {
+    out_dims: Vec<usize>,
+    /// Per operand, element strides over `out_dims` (0 along broadcast axes).
+    strides: Vec<Vec<usize>>,
+    /// Every operand already has the output's shape: plain zip.
+    same_shape: bool,
+}
+
+impl Broadcast {
+    pub fn new(out_dims: &[usize], operands: &[&[usize]]) -> Broadcast {
+        Broadcast {
+            out_dims: out_dims.to_vec(),
+            strides: operands.iter().map(|d| broadcast_strides(d, out_dims)).collect(),
+            same_shape: operands.iter().all(|d| *d == out_dims),
+        }
+    }
+
+    /// Calls `f(out_index, operand_offsets)` for every output element in row-major order.
+    pub fn for_each(&self, mut f: impl FnMut(usize, [usize; 3])) {
+        let total = numel(&self.out_dims);
+        if self.same_shape {
+            (0..total).for_each(|i| f(i, [i; 3]));
+            return;
+        }
+        let rank = self.out_dims.len();
+        let stride = |k: usize, axis: usize| self.strides.get(k).map_or(0, |s| s[axis]);
+        let mut index = vec![0usize; rank];
+        let mut offs = [0usize; 3];
+        for out in 0..total {
+            f(out, offs);
+            // Odometer step: bump the last axis, carrying into earlier ones.
+            for axis in (0..rank).rev() {
+                index[axis] += 1;
+                for (k, o) in offs.iter_mut().enumerate() {
+                    *o += stride(k, axis);
+                }
+                if index[axis] < self.out_dims[axis] {
+                    break;
+                }
+                for (k, o) in offs.iter_mut().enumerate() {
+                    *o -= stride(k, axis) * index[axis];
+                }
+                index[axis] = 0;
+            }
+        }
+    }
+}
+
+pub fn binary(op: BinaryOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_class!(class, T => binary_typed::<T>(op, bc, ins.get(0)?, ins.get(1)?, out_mut(out)?))
+}
+
+fn binary_typed<T: Num>(op: BinaryOp, bc: &Broadcast, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+    let f: fn(T, T) -> T = match op {
+        BinaryOp::Add => T::add,
+        BinaryOp::Sub => T::sub,
+        BinaryOp::Mul => T::mul,
+        BinaryOp::Div => T::div,
+        BinaryOp::Max => T::max_nan,
+        BinaryOp::Min => T::min_nan,
+        BinaryOp::Pow => T::pow,
+    };
+    bc.for_each(|i, o| out[i] = f(a[o[0]], b[o[1]]));
+    Ok(())
+}
+
+pub fn compare(op: CompareOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_class!(class, T => compare_typed::<T>(op, bc, ins.get(0)?, ins.get(1)?, out_mut(out)?))
+}
+
+fn compare_typed<T: Elem>(op: CompareOp, bc: &Broadcast, a: &[T], b: &[T], out: &mut [u8]) -> Result<()> {
+    // PartialOrd on floats is already IEEE: every comparison with NaN is false, `!=` true.
+    let f: fn(&T, &T) -> bool = match op {
+        CompareOp::Eq => T::eq,
+        CompareOp::Ne => T::ne,
+        CompareOp::Lt => T::lt,
+        CompareOp::Le => T::le,
+        CompareOp::Gt => T::gt,
+        CompareOp::Ge => T::ge,
+    };
+    bc.for_each(|i, o| out[i] = f(&a[o[0]], &b[o[1]]) as u8);
+    Ok(())
+}
+
+pub fn where_(class: Class, bc: &Broadcast, ins: &Args, out: &mut Buffer) -> Result<()> {
+    let cond: &[u8] = ins.get(0)?;
+    with_class!(class, T => {
+        let (a, b, out): (&[T], &[T], &mut [T]) = (ins.get(1)?, ins.get(2)?, out_mut(out)?);
+        bc.for_each(|i, o| out[i] = if cond[o[0]] != 0 { a[o[1]] } else { b[o[2]] });
+        Ok(())
+    })
+}
+
+pub fn unary(u: Unary, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    match class {
+        Class::F32 => unary_float::<f32>(u, ins.get(0)?, out_mut(out)?),
+        Class::F64 => unary_float::<f64>(u, ins.get(0)?, out_mut(out)?),
+        Class::I8 => unary_int::<i8>(u, ins.get(0)?, out_mut(out)?),
+        Class::I32 => unary_int::<i32>(u, ins.get(0)?, out_mut(out)?),
+        Class::I64 => unary_int::<i64>(u, ins.get(0)?, out_mut(out)?),
+        Class::U8 => Err(Error::internal(format!("{} on u8 storage", u.name()))),
+    }
+}
+
+fn unary_int<T: Num>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
+    let f: fn(T) -> T = match u {
+        Unary::Neg => T::neg,
+        Unary::Abs => T::abs,
+        Unary::Relu => |v| if v > T::ZERO { v } else { T::ZERO },
+        other => return Err(Error::internal(format!("{} on integer storage", other.name()))),
+    };
+    out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+    Ok(())
+}
+
+fn unary_float<T: Float>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
+    let f = unary_fn::<T>(u);
+    out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+    Ok(())
+}
+
+/// The scalar function of `u` in type `T`.
+pub fn unary_fn<T: Float>(u: Unary) -> fn(T) -> T {
+    match u {
+        Unary::Neg => |x| -x,
+        Unary::Abs => |x| x.abs(),
+        Unary::Exp => |x| x.exp(),
+        Unary::Log => |x| x.ln(),
+        Unary::Sqrt => |x| x.sqrt(),
+        Unary::Rsqrt => |x| T::ONE / x.sqrt(),
+        Unary::Recip => |x| T::ONE / x,
+        Unary::Relu => |x| if x > T::ZERO || x.is_nan() { x } else { T::ZERO },
+        Unary::Gelu => |x| {
+            let half = T::from_f64(0.5);
+            half * x * (T::ONE + (x * T::from_f64(std::f64::consts::FRAC_1_SQRT_2)).erf())
+        },
+        Unary::GeluTanh => |x| {
+            let c = T::from_f64((2.0 / std::f64::consts::PI).sqrt());
+            let inner = c * (x + T::from_f64(0.044715) * x * x * x);
+            T::from_f64(0.5) * x * (T::ONE + inner.tanh())
+        },
+        Unary::Silu => |x| x * sigmoid(x),
+        Unary::Sigmoid => sigmoid,
+        Unary::Tanh => |x| x.tanh(),
+        Unary::Softplus => softplus,
+        Unary::Sin => |x| x.sin(),
+        Unary::Cos => |x| x.cos(),
+        Unary::Tan => |x| x.tan(),
+        Unary::Atan => |x| x.atan(),
+        Unary::Erf => |x| x.erf(),
+        Unary::Ln1p => |x| x.ln_1p(),
+        Unary::Mish => |x| x * softplus(x).tanh(),
+        Unary::LogSigmoid => |x| -softplus(-x),
+    }
+}
+
+/// 1 / (1 + e^-x), written so neither branch overflows.
+fn sigmoid<T: Float>(x: T) -> T {
+    if x >= T::ZERO {
+        T::ONE / (T::ONE + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (T::ONE + e)
+    }
+}
+
+/// ln(1 + e^x) = max(x, 0) + ln(1 + e^-|x|): no overflow for large |x|.
+fn softplus<T: Float>(x: T) -> T {
+    if x.is_nan() {
+        return x;
+    }
+    let pos = if x > T::ZERO { x } else { T::ZERO };
+    pos + (-x.abs()).exp().ln_1p()
+}
+
+/// Converts `src` (holding `from`) into `dst` (holding `to`), by value.
+pub fn cast(from: DType, to: DType, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+    if from.is_float() {
+        let values: Box<dyn Iterator<Item = f64>> = match src {
+            Buffer::F32(v) => Box::new(v.iter().map(|&x| x as f64)),
+            Buffer::F64(v) => Box::new(v.iter().copied()),
+            _ => return Err(Error::internal("cast: float source in integer storage")),
+        };
+        store_from_f64(to, values, dst)
+    } else {
+        let values: Box<dyn Iterator<Item = i64>> = match src {
+            Buffer::I8(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Buffer::I32(v) => Box::new(v.iter().map(|&x| x as i64)),
+            Buffer::I64(v) => Box::new(v.iter().copied()),
+            Buffer::U8(v) => Box::new(v.iter().map(|&x| x as i64)),
+            _ => return Err(Error::internal("cast: integer source in float storage")),
+        };
+        store_from_i64(to, values, dst)
+    }
+}
+
+/// Float source: narrower floats round to nearest even once; integers truncate and
+/// saturate (NaN -> 0), which is what Rust's `as` does; bool is `x != 0`.
+fn store_from_f64(to: DType, values: impl Iterator<Item = f64>, dst: &mut Buffer) -> Result<()> {
+    match dst {
+        Buffer::F32(d) => d.iter_mut().zip(values).for_each(|(o, v)| *o = round_to_float_dtype(v, to) as f32),
+        Buffer::F64(d) => fill(d, values, |v| v),
+        Buffer::I8(d) => fill(d, values, |v| v as i8),
+        Buffer::I32(d) => fill(d, values, |v| v as i32),
+        Buffer::I64(d) => fill(d, values, |v| v as i64),
+        Buffer::U8(d) if to == DType::Bool => fill(d, values, |v| (v != 0.0) as u8),
+        Buffer::U8(d) => fill(d, values, |v| v as u8),
+    }
+    Ok(())
+}
+
+/// Integer source: floats correctly rounded (single rounding even for i64 -> bf16),
+/// integers wrap, bool is `x != 0`.
+fn store_from_i64(to: DType, values: impl Iterator<Item = i64>, dst: &mut Buffer) -> Result<()> {
+    match dst {
+        Buffer::F32(d) => d.iter_mut().zip(values).for_each(|(o, v)| *o = i64_to_float_bits(to, v) as f32),
+        Buffer::F64(d) => fill(d, values, |v| v as f64),
+        Buffer::I8(d) => fill(d, values, |v| v as i8),
+        Buffer::I32(d) => fill(d, values, |v| v as i32),
+        Buffer::I64(d) => fill(d, values, |v| v),
+        Buffer::U8(d) if to == DType::Bool => fill(d, values, |v| (v != 0) as u8),
+        Buffer::U8(d) => fill(d, values, |v| v as u8),
+    }
+    Ok(())
+}
+
+fn fill<S, T: Elem>(dst: &mut [T], values: impl Iterator<Item = S>, f: impl Fn(S) -> T) {
+    dst.iter_mut().zip(values).for_each(|(o, v)| *o = f(v));
+}
+
+/// Rounds a widened f16/bf16 buffer to its format, in place (a no-op for other dtypes).
+pub fn round_in_place(dtype: DType, buf: &mut Buffer) {
+    if let (true, Buffer::F32(v)) = (dtype.is_half(), buf) {
+        v.iter_mut().for_each(|x| *x = rlx_ir::round_f32_to_dtype(*x, dtype));
+    }
+}

@@ -1,0 +1,100 @@
+//! Data movement (semantics in `rlx_ir::ops::layout`): exact for every storage class.
+
+use crate::buffer::{Args, Buffer, Class, Elem, out_mut};
+use crate::with_class;
+use rlx_ir::Result;
+use rlx_ir::shape::{broadcast_strides, numel, strides};
+
+/// Reads the source at `base + sum(index[i] * strides[i])` for every output index in
+/// row-major order. Transpose, narrow and expand are all this copy with different strides.
+#[derive(Clone, Debug)]
+pub struct StridedCopy {
+    out_dims: Vec<usize>,
+    strides: Vec<usize>,
+    base: usize,
+}
+
+impl StridedCopy {
+    pub fn transpose(in_dims: &[usize], perm: &[usize]) -> StridedCopy {
+        let s = strides(in_dims);
+        StridedCopy {
+            out_dims: perm.iter().map(|&p| in_dims[p]).collect(),
+            strides: perm.iter().map(|&p| s[p]).collect(),
+            base: 0,
+        }
+    }
+
+    pub fn narrow(in_dims: &[usize], axis: usize, start: usize, len: usize) -> StridedCopy {
+        let s = strides(in_dims);
+        let mut out_dims = in_dims.to_vec();
+        out_dims[axis] = len;
+        StridedCopy { out_dims, base: start * s[axis], strides: s }
+    }
+
+    pub fn expand(in_dims: &[usize], out_dims: &[usize]) -> StridedCopy {
+        StridedCopy { out_dims: out_dims.to_vec(), strides: broadcast_strides(in_dims, out_dims), base: 0 }
+    }
+}
+
+pub fn strided_copy(plan: &StridedCopy, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_class!(class, T => {
+        strided_typed::<T>(plan, ins.get(0)?, out_mut(out)?);
+        Ok(())
+    })
+}
+
+fn strided_typed<T: Elem>(p: &StridedCopy, x: &[T], out: &mut [T]) {
+    let rank = p.out_dims.len();
+    let mut index = vec![0usize; rank];
+    let mut off = p.base;
+    for o in out.iter_mut().take(numel(&p.out_dims)) {
+        *o = x[off];
+        for axis in (0..rank).rev() {
+            index[axis] += 1;
+            off += p.strides[axis];
+            if index[axis] < p.out_dims[axis] {
+                break;
+            }
+            off -= p.strides[axis] * index[axis];
+            index[axis] = 0;
+        }
+    }
+}
+
+/// Reshape: the same elements in the same order.
+pub fn copy(class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_class!(class, T => {
+        out_mut::<T>(out)?.copy_from_slice(ins.get(0)?);
+        Ok(())
+    })
+}
+
+/// Concat: for each outer index, each operand contributes one contiguous chunk.
+#[derive(Clone, Debug)]
+pub struct ConcatPlan {
+    outer: usize,
+    /// Per operand, elements per outer index (its axis extent times the inner size).
+    chunks: Vec<usize>,
+}
+
+impl ConcatPlan {
+    pub fn new(operands: &[&[usize]], axis: usize) -> ConcatPlan {
+        let outer = numel(&operands[0][..axis]);
+        ConcatPlan { outer, chunks: operands.iter().map(|d| numel(&d[axis..])).collect() }
+    }
+}
+
+pub fn concat(plan: &ConcatPlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_class!(class, T => {
+        let out: &mut [T] = out_mut(out)?;
+        let mut at = 0;
+        for o in 0..plan.outer {
+            for (k, &chunk) in plan.chunks.iter().enumerate() {
+                let src: &[T] = ins.get(k)?;
+                out[at..at + chunk].copy_from_slice(&src[o * chunk..(o + 1) * chunk]);
+                at += chunk;
+            }
+        }
+        Ok(())
+    })
+}

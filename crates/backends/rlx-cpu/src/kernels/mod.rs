@@ -1,0 +1,16 @@
+//! One module per op family, mirroring `rlx_ir::ops`: each holds the family's
+//! compile-time plan types and its kernels. These are the reference loops; faster
+//! kernels replace a family's functions behind the same plans.
+
+pub mod attention;
+pub mod conv;
+pub mod elementwise;
+pub mod gather;
+pub mod kv_cache;
+pub mod layout;
+pub mod loss;
+pub mod matmul;
+pub mod norm;
+pub mod reduce;
+pub mod rope;
+pub mod softmax;

@@ -1,0 +1,52 @@
+//! Rotary position embedding (semantics in `rlx_ir::ops::rope`).
+
+use crate::buffer::{Args, Buffer, Class, Float, index_at, out_mut};
+use crate::with_float;
+use rlx_ir::{Error, Result, RopeStyle};
+
+#[derive(Clone, Debug)]
+pub struct RopePlan {
+    pub style: RopeStyle,
+    /// Product of the leading dims (batch x heads).
+    pub outer: usize,
+    pub seq: usize,
+    pub head_dim: usize,
+    /// base^(-2i / rotary_dims) for each pair i, in f64.
+    pub inv_freq: Vec<f64>,
+}
+
+impl RopePlan {
+    pub fn new(x: &[usize], style: RopeStyle, base: f32, rotary_dims: usize) -> RopePlan {
+        let r = x.len();
+        let inv_freq = (0..rotary_dims / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / rotary_dims as f64)).collect();
+        RopePlan { style, outer: rlx_ir::shape::numel(&x[..r - 2]), seq: x[r - 2], head_dim: x[r - 1], inv_freq }
+    }
+}
+
+pub fn rope(p: &RopePlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    with_float!(class, T => rope_typed::<T>(p, ins.get(0)?, ins.buf(1)?, out_mut(out)?))
+}
+
+fn rope_typed<T: Float>(p: &RopePlan, x: &[T], positions: &Buffer, out: &mut [T]) -> Result<()> {
+    out.copy_from_slice(x);
+    let half = p.inv_freq.len();
+    for s in 0..p.seq {
+        // Any integer position is valid, negative ones included.
+        let pos =
+            index_at(positions, s).ok_or_else(|| Error::internal("rope positions are not integer storage"))? as f64;
+        for o in 0..p.outer {
+            let row = (o * p.seq + s) * p.head_dim;
+            for (i, &f) in p.inv_freq.iter().enumerate() {
+                let (a, b) = match p.style {
+                    RopeStyle::NeoX => (row + i, row + i + half),
+                    RopeStyle::GptJ => (row + 2 * i, row + 2 * i + 1),
+                };
+                let (sin, cos) = (pos * f).sin_cos();
+                let (x0, x1) = (x[a].to_f64(), x[b].to_f64());
+                out[a] = T::from_f64(x0 * cos - x1 * sin);
+                out[b] = T::from_f64(x0 * sin + x1 * cos);
+            }
+        }
+    }
+    Ok(())
+}

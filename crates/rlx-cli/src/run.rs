@@ -1,0 +1,45 @@
+//! `rlx run`.
+
+use rlx::ir::shape::fmt_type;
+use rlx::prelude::*;
+use std::path::Path;
+
+pub fn run(graph: &Path, inputs: &[String], params: &[String], out: Option<&Path>) -> Result<()> {
+    let g = crate::load_graph(graph)?;
+    let mut compiled = Session::new(Device::Cpu)?.compile(&g)?;
+    for spec in params {
+        let (name, t) = load_named("--param", spec)?;
+        compiled.set_param_typed(&name, &t)?;
+    }
+    let named: Vec<(String, HostTensor)> = inputs.iter().map(|s| load_named("--input", s)).collect::<Result<_>>()?;
+    let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let outputs = compiled.run_typed(&refs)?;
+    match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
+            for (i, t) in outputs.iter().enumerate() {
+                let path = dir.join(format!("output_{i}.npy"));
+                rlx::io::save_npy(&path, t)?;
+                println!("output {i}: {} -> {}", fmt_type(t.dtype(), t.dims()), path.display());
+            }
+        }
+        None => {
+            for (i, t) in outputs.iter().enumerate() {
+                let values = t.to_f64_vec();
+                let shown: Vec<String> = values.iter().take(8).map(|v| format!("{v}")).collect();
+                let more = if values.len() > 8 { ", ..." } else { "" };
+                println!("output {i}: {} [{}{more}]", fmt_type(t.dtype(), t.dims()), shown.join(", "));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `NAME=FILE.npy` -> (NAME, tensor).
+fn load_named(flag: &str, spec: &str) -> Result<(String, HostTensor)> {
+    let (name, file) = spec
+        .split_once('=')
+        .filter(|(n, f)| !n.is_empty() && !f.is_empty())
+        .ok_or_else(|| Error::input(format!("{flag} '{spec}' is not NAME=FILE.npy")))?;
+    Ok((name.to_string(), rlx::io::load_npy(file).map_err(|e| e.context(format!("{flag} {name}")))?))
+}

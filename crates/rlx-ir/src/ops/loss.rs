@@ -1,0 +1,34 @@
+//! Losses.
+//!
+//! `cross_entropy(logits [n, c], labels [n]) -> []`: float logits, integer labels.
+//! Reference semantics: `mean_i (logsumexp(logits[i]) - logits[i, labels[i]])`, with the
+//! log-sum-exp taken around the row maximum; `n = 0` gives NaN (mean of nothing). A label
+//! outside `0..c` is a run-time error naming it and its row.
+
+use super::{Op, Operand, check_float};
+use crate::{DType, Error, Graph, NodeId, Result};
+
+pub(crate) fn infer_cross_entropy(logits: Operand, labels: Operand) -> Result<(DType, Vec<usize>)> {
+    check_float("logits", logits)?;
+    if !labels.dtype.is_int() {
+        return Err(Error::dtype(format!("labels must be an integer type, got {}", labels.ty())));
+    }
+    if logits.dims.len() != 2 || labels.dims.len() != 1 || labels.dims[0] != logits.dims[0] {
+        return Err(Error::shape(format!(
+            "expects logits [n, c] and labels [n], got {} and {}",
+            logits.ty(),
+            labels.ty()
+        )));
+    }
+    if logits.dims[1] == 0 {
+        return Err(Error::shape(format!("logits {} have no classes", logits.ty())));
+    }
+    Ok((logits.dtype, Vec::new()))
+}
+
+impl Graph {
+    /// Mean softmax cross-entropy of logits [n, c] against integer labels [n]: a scalar [].
+    pub fn cross_entropy(&mut self, logits: NodeId, labels: NodeId) -> Result<NodeId> {
+        self.push(Op::CrossEntropy, &[logits, labels])
+    }
+}

@@ -1,0 +1,220 @@
+//! [`HostTensor`]: an owned, row-major, little-endian tensor on the host.
+
+use crate::dtype::{f64_to_bf16, f64_to_f16, i64_to_f64_round_to_odd};
+use crate::shape::{checked_byte_len, fmt_dims, numel};
+use crate::{DType, Error, Result};
+use half::{bf16, f16};
+
+/// An owned host tensor: row-major, little-endian bytes of `dtype`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostTensor {
+    dtype: DType,
+    dims: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl HostTensor {
+    pub fn from_f32(dims: &[usize], values: &[f32]) -> Result<HostTensor> {
+        check_len("from_f32", dims, values.len())?;
+        Ok(HostTensor::raw(DType::F32, dims, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+    }
+
+    pub fn from_f64(dims: &[usize], values: &[f64]) -> Result<HostTensor> {
+        check_len("from_f64", dims, values.len())?;
+        Ok(HostTensor::raw(DType::F64, dims, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+    }
+
+    pub fn from_i64(dims: &[usize], values: &[i64]) -> Result<HostTensor> {
+        check_len("from_i64", dims, values.len())?;
+        Ok(HostTensor::raw(DType::I64, dims, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+    }
+
+    /// Takes `bytes` as the little-endian encoding of `dims` elements of `dtype`.
+    /// A bool byte must be 0 or 1.
+    pub fn from_bytes(dtype: DType, dims: &[usize], bytes: Vec<u8>) -> Result<HostTensor> {
+        let want = checked_byte_len("from_bytes", dtype, dims)?;
+        if bytes.len() != want {
+            return Err(Error::input(format!(
+                "from_bytes: {dtype}{} needs {want} bytes, got {}",
+                fmt_dims(dims),
+                bytes.len()
+            )));
+        }
+        if dtype == DType::Bool
+            && let Some(i) = bytes.iter().position(|&b| b > 1)
+        {
+            return Err(Error::input(format!("from_bytes: bool byte {} at offset {i} is not 0 or 1", bytes[i])));
+        }
+        Ok(HostTensor::raw(dtype, dims, bytes))
+    }
+
+    /// f32 values converted to `dtype`: floats round to nearest even; integer and bool
+    /// targets take only values they represent exactly (1.5 or 300 for u8 is an error).
+    pub fn from_f32_as(dtype: DType, dims: &[usize], values: &[f32]) -> Result<HostTensor> {
+        check_len("from_f32_as", dims, values.len())?;
+        let mut bytes = Vec::with_capacity(values.len() * dtype.size_bytes());
+        for (i, &v) in values.iter().enumerate() {
+            encode_f64(dtype, v as f64, &mut bytes)
+                .map_err(|why| Error::input(format!("from_f32_as: value {v} at index {i} {why}")))?;
+        }
+        Ok(HostTensor::raw(dtype, dims, bytes))
+    }
+
+    /// f64 values converted to `dtype` with the same rules as [`HostTensor::from_f32_as`].
+    pub fn from_f64_as(dtype: DType, dims: &[usize], values: &[f64]) -> Result<HostTensor> {
+        check_len("from_f64_as", dims, values.len())?;
+        let mut bytes = Vec::with_capacity(values.len() * dtype.size_bytes());
+        for (i, &v) in values.iter().enumerate() {
+            encode_f64(dtype, v, &mut bytes)
+                .map_err(|why| Error::input(format!("from_f64_as: value {v} at index {i} {why}")))?;
+        }
+        Ok(HostTensor::raw(dtype, dims, bytes))
+    }
+
+    /// All zeros (false for bool).
+    pub fn zeros(dtype: DType, dims: &[usize]) -> Result<HostTensor> {
+        let len = checked_byte_len("zeros", dtype, dims)?;
+        Ok(HostTensor::raw(dtype, dims, vec![0; len]))
+    }
+
+    fn raw(dtype: DType, dims: &[usize], bytes: Vec<u8>) -> HostTensor {
+        HostTensor { dtype, dims: dims.to_vec(), bytes }
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        numel(&self.dims)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every dtype converted to f32 (integers and bools by value, f64 rounded to nearest).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match self.dtype {
+            DType::F32 => self.chunks::<4>().map(f32::from_le_bytes).collect(),
+            DType::F16 => self.chunks::<2>().map(|b| f16::from_le_bytes(b).to_f32()).collect(),
+            DType::BF16 => self.chunks::<2>().map(|b| bf16::from_le_bytes(b).to_f32()).collect(),
+            DType::I32 => self.chunks::<4>().map(|b| i32::from_le_bytes(b) as f32).collect(),
+            DType::I64 => self.chunks::<8>().map(|b| i64::from_le_bytes(b) as f32).collect(),
+            // f64 -> f32 `as` rounds to nearest even in one step.
+            _ => self.to_f64_vec().into_iter().map(|v| v as f32).collect(),
+        }
+    }
+
+    /// Every dtype converted to f64 (exact for all but i64 beyond 2^53, which rounds).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self.dtype {
+            DType::F64 => self.chunks::<8>().map(f64::from_le_bytes).collect(),
+            DType::I64 => self.chunks::<8>().map(|b| i64::from_le_bytes(b) as f64).collect(),
+            DType::I8 => self.bytes.iter().map(|&b| b as i8 as f64).collect(),
+            DType::U8 | DType::Bool => self.bytes.iter().map(|&b| b as f64).collect(),
+            _ => self.to_f32_vec().into_iter().map(|v| v as f64).collect(),
+        }
+    }
+
+    /// Integer and bool tensors as i64 (exact); floats truncate toward zero, saturating.
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        match self.dtype {
+            DType::I64 => self.chunks::<8>().map(i64::from_le_bytes).collect(),
+            DType::I32 => self.chunks::<4>().map(|b| i32::from_le_bytes(b) as i64).collect(),
+            _ => self.to_f64_vec().into_iter().map(|v| v as i64).collect(),
+        }
+    }
+
+    fn chunks<const N: usize>(&self) -> impl Iterator<Item = [u8; N]> + '_ {
+        self.bytes.chunks_exact(N).map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            a
+        })
+    }
+}
+
+fn check_len(what: &str, dims: &[usize], got: usize) -> Result<()> {
+    let want = crate::shape::checked_numel(dims)
+        .ok_or_else(|| Error::shape(format!("{what}: shape {} overflows usize", fmt_dims(dims))))?;
+    if want != got {
+        return Err(Error::input(format!("{what}: shape {} needs {want} values, got {got}", fmt_dims(dims))));
+    }
+    Ok(())
+}
+
+/// Appends `v` converted to `dtype`. Floats round to nearest even; integer and bool targets
+/// take only values they represent exactly. The error text completes "value v at index i ...".
+pub fn encode_f64(dtype: DType, v: f64, out: &mut Vec<u8>) -> std::result::Result<(), String> {
+    let exact_int = |lo: f64, hi: f64| -> std::result::Result<f64, String> {
+        if v.fract() == 0.0 && v >= lo && v <= hi { Ok(v) } else { Err(format!("is not representable as {dtype}")) }
+    };
+    match dtype {
+        DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+        DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+        DType::F16 => out.extend_from_slice(&f64_to_f16(v).to_le_bytes()),
+        DType::BF16 => out.extend_from_slice(&f64_to_bf16(v).to_le_bytes()),
+        DType::I8 => out.push(exact_int(-128.0, 127.0)? as i8 as u8),
+        DType::U8 => out.push(exact_int(0.0, 255.0)? as u8),
+        DType::Bool => out.push(exact_int(0.0, 1.0)? as u8),
+        DType::I32 => out.extend_from_slice(&(exact_int(-2147483648.0, 2147483647.0)? as i32).to_le_bytes()),
+        // 2^63 itself is out of range; every f64 below it with fract 0 fits.
+        DType::I64 => {
+            let x = exact_int(-9.223372036854776e18, 9.223372036854775e18)?;
+            out.extend_from_slice(&(x as i64).to_le_bytes())
+        }
+    }
+    Ok(())
+}
+
+/// i64 -> float dtype, correctly rounded (via round-to-odd for the half formats).
+pub fn i64_to_float_bits(dtype: DType, v: i64) -> f64 {
+    match dtype {
+        DType::F64 => v as f64,
+        DType::F32 => v as f32 as f64,
+        DType::F16 => f64_to_f16(i64_to_f64_round_to_odd(v)).to_f64(),
+        DType::BF16 => f64_to_bf16(i64_to_f64_round_to_odd(v)).to_f64(),
+        _ => v as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_and_bf16_convert_by_value() {
+        for dt in [DType::F16, DType::BF16] {
+            let t = HostTensor::from_f32_as(dt, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+            assert_eq!(t.bytes().len(), 8);
+            assert_eq!(t.to_f32_vec(), vec![1.0, 2.0, 3.0, 4.0]);
+        }
+    }
+
+    #[test]
+    fn integer_conversion_is_exact_or_an_error() {
+        let t = HostTensor::from_f32_as(DType::I32, &[2], &[-7.0, 9.0]).unwrap();
+        assert_eq!(t.to_i64_vec(), vec![-7, 9]);
+        let e = HostTensor::from_f32_as(DType::U8, &[2], &[1.0, 300.0]).unwrap_err();
+        assert!(e.message().contains("300") && e.message().contains("index 1"), "{e}");
+        assert!(HostTensor::from_f32_as(DType::I64, &[1], &[1.5]).is_err());
+        assert!(HostTensor::from_f32_as(DType::I64, &[1], &[f32::NAN]).is_err());
+    }
+
+    #[test]
+    fn lengths_are_checked() {
+        let e = HostTensor::from_f32(&[2, 3], &[0.0; 5]).unwrap_err();
+        assert!(e.message().contains("[2,3]") && e.message().contains('5'), "{e}");
+        assert!(HostTensor::from_bytes(DType::F16, &[3], vec![0; 5]).is_err());
+        assert!(HostTensor::from_bytes(DType::Bool, &[2], vec![0, 2]).is_err());
+    }
+}

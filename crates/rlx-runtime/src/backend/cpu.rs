@@ -1,0 +1,34 @@
+//! The CPU backend behind the [`Backend`] trait.
+
+use super::{Backend, Executable};
+use crate::{CompileOptions, Device, PrecisionPolicy};
+use rlx_cpu::CpuProgram;
+use rlx_ir::{Error, Graph, HostTensor, Result};
+
+pub struct CpuBackend;
+
+impl Backend for CpuBackend {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn compile(&self, graph: &Graph, options: &CompileOptions) -> Result<Box<dyn Executable>> {
+        if options.precision != PrecisionPolicy::F32 {
+            return Err(Error::unsupported(format!(
+                "precision policy {:?} is not implemented on the CPU backend yet; use PrecisionPolicy::F32",
+                options.precision
+            )));
+        }
+        Ok(Box::new(CpuProgram::compile(graph)?))
+    }
+}
+
+impl Executable for CpuProgram {
+    fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
+        CpuProgram::set_param(self, index, value)
+    }
+
+    fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        CpuProgram::run(self, inputs)
+    }
+}

@@ -1,0 +1,23 @@
+//! The seam between the runtime and the backends. A backend compiles a verified graph
+//! into an [`Executable`]; the runtime owns everything user-facing around it (names,
+//! boundary conversion, error messages), so each backend implements only these calls.
+
+pub mod cpu;
+
+use crate::{CompileOptions, Device};
+use rlx_ir::{Graph, HostTensor, Result};
+
+pub trait Backend: Send + Sync {
+    fn device(&self) -> Device;
+    /// Compiles `graph` (already verified). Unsupported ops or options are an `Err`
+    /// naming them, never a silent fallback.
+    fn compile(&self, graph: &Graph, options: &CompileOptions) -> Result<Box<dyn Executable>>;
+}
+
+/// A compiled graph on one backend. Inputs and params are addressed by their position
+/// in `Graph::inputs()` / `Graph::params()` order, and always arrive with exactly their
+/// declared dtype and dims (the runtime converts and checks before calling).
+pub trait Executable: Send {
+    fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()>;
+    fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
+}

@@ -1,0 +1,77 @@
+//! Compile options, settable in code or from the environment.
+
+use rlx_ir::{Error, Result};
+
+/// How a graph's float math is carried out. Graph inputs and outputs always keep their
+/// declared dtypes whatever the policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum PrecisionPolicy {
+    /// Every op in its declared dtype.
+    #[default]
+    F32,
+    /// Matmuls, convs and elementwise ops on bf16 storage, f32 accumulation.
+    AutoMixedBf16,
+    /// The same with f16.
+    AutoMixedF16,
+}
+
+impl PrecisionPolicy {
+    /// Parses `f32`, `bf16` / `auto_mixed_bf16`, `f16` / `auto_mixed_f16` (any case).
+    pub fn parse(text: &str) -> Result<PrecisionPolicy> {
+        match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "f32" => Ok(PrecisionPolicy::F32),
+            "bf16" | "auto_mixed_bf16" | "automixedbf16" => Ok(PrecisionPolicy::AutoMixedBf16),
+            "f16" | "auto_mixed_f16" | "automixedf16" => Ok(PrecisionPolicy::AutoMixedF16),
+            other => Err(Error::input(format!("unknown precision policy '{other}' (expected f32, bf16 or f16)"))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    pub precision: PrecisionPolicy,
+    /// Fusion passes on (the default) or off.
+    pub fusion: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { precision: PrecisionPolicy::F32, fusion: true }
+    }
+}
+
+impl CompileOptions {
+    /// Defaults overridden by `RLX_PRECISION` (f32 | bf16 | f16) and `RLX_NO_FUSION=1`.
+    pub fn from_env() -> Result<CompileOptions> {
+        let mut options = CompileOptions::default();
+        if let Ok(p) = std::env::var("RLX_PRECISION") {
+            options.precision = PrecisionPolicy::parse(&p).map_err(|e| e.context("RLX_PRECISION"))?;
+        }
+        if let Ok(v) = std::env::var("RLX_NO_FUSION") {
+            options.fusion = !matches!(v.trim(), "1" | "true" | "yes" | "on");
+        }
+        Ok(options)
+    }
+
+    pub fn with_precision(mut self, precision: PrecisionPolicy) -> Self {
+        self.precision = precision;
+        self
+    }
+
+    pub fn with_fusion(mut self, fusion: bool) -> Self {
+        self.fusion = fusion;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse() {
+        assert_eq!(PrecisionPolicy::parse("BF16").unwrap(), PrecisionPolicy::AutoMixedBf16);
+        assert_eq!(PrecisionPolicy::parse("auto-mixed-f16").unwrap(), PrecisionPolicy::AutoMixedF16);
+        assert!(PrecisionPolicy::parse("fp8").unwrap_err().message().contains("fp8"));
+    }
+}

@@ -1,0 +1,214 @@
+//! [`Session`] and [`CompiledGraph`]: the user-facing compile-once, run-many surface.
+
+use crate::backend::{Backend, Executable, cpu::CpuBackend};
+use crate::{CompileOptions, Device};
+use rlx_ir::shape::{fmt_type, numel};
+use rlx_ir::{DType, Error, Graph, HostTensor, Result};
+use std::collections::HashMap;
+
+/// A device to compile for.
+pub struct Session {
+    backend: Box<dyn Backend>,
+}
+
+impl Session {
+    /// Err if the device is not usable here.
+    pub fn new(device: Device) -> Result<Session> {
+        match device {
+            Device::Cpu => Ok(Session { backend: Box::new(CpuBackend) }),
+        }
+    }
+
+    pub fn device(&self) -> Device {
+        self.backend.device()
+    }
+
+    /// Compiles with [`CompileOptions::from_env`].
+    pub fn compile(&self, graph: &Graph) -> Result<CompiledGraph> {
+        self.compile_with(graph, &CompileOptions::from_env()?)
+    }
+
+    pub fn compile_with(&self, graph: &Graph, options: &CompileOptions) -> Result<CompiledGraph> {
+        graph.verify().map_err(|e| e.context(format!("compiling graph '{}'", graph.name())))?;
+        let leaves = |ids: Vec<rlx_ir::NodeId>| -> Vec<Boundary> {
+            ids.into_iter()
+                .map(|id| Boundary {
+                    name: graph.node(id).and_then(|n| n.leaf_name()).unwrap_or_default().to_string(),
+                    dtype: graph.dtype(id),
+                    dims: graph.dims(id).to_vec(),
+                })
+                .collect()
+        };
+        let inputs = leaves(graph.inputs());
+        let params = leaves(graph.params());
+        let index = |b: &[Boundary]| b.iter().enumerate().map(|(i, b)| (b.name.clone(), i)).collect();
+        Ok(CompiledGraph {
+            device: self.device(),
+            input_index: index(&inputs),
+            param_index: index(&params),
+            inputs,
+            params,
+            outputs: graph.outputs().iter().map(|&o| (graph.dtype(o), graph.dims(o).to_vec())).collect(),
+            executable: self.backend.compile(graph, options)?,
+        })
+    }
+}
+
+/// A named boundary tensor's declared type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Boundary {
+    pub name: String,
+    pub dtype: DType,
+    pub dims: Vec<usize>,
+}
+
+impl Boundary {
+    fn ty(&self) -> String {
+        fmt_type(self.dtype, &self.dims)
+    }
+}
+
+/// A graph compiled for one device. `run` only executes: names were resolved and the
+/// kernels planned at compile time.
+pub struct CompiledGraph {
+    device: Device,
+    inputs: Vec<Boundary>,
+    params: Vec<Boundary>,
+    input_index: HashMap<String, usize>,
+    param_index: HashMap<String, usize>,
+    outputs: Vec<(DType, Vec<usize>)>,
+    executable: Box<dyn Executable>,
+}
+
+impl CompiledGraph {
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    pub fn inputs(&self) -> &[Boundary] {
+        &self.inputs
+    }
+    pub fn params(&self) -> &[Boundary] {
+        &self.params
+    }
+    /// (dtype, dims) of each output.
+    pub fn outputs(&self) -> &[(DType, Vec<usize>)] {
+        &self.outputs
+    }
+
+    /// f32 values converted to the param's declared dtype.
+    pub fn set_param(&mut self, name: &str, values: &[f32]) -> Result<()> {
+        let i = self.param_slot(name)?;
+        let p = &self.params[i];
+        let t = from_f32_values("param", p, values)?;
+        self.executable.set_param(i, &t)
+    }
+
+    /// A typed param: the same dtype passes through; another float dtype is converted
+    /// by value (round to nearest even), exactly as `run_typed` does for inputs.
+    pub fn set_param_typed(&mut self, name: &str, value: &HostTensor) -> Result<()> {
+        let i = self.param_slot(name)?;
+        let t = coerce("param", &self.params[i], value)?;
+        self.executable.set_param(i, t.as_ref().unwrap_or(value))
+    }
+
+    /// f32 values converted (never reinterpreted) to each input's declared dtype;
+    /// one Vec<f32> per graph output, converted from the output's dtype.
+    pub fn run(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<Vec<f32>>> {
+        let order = self.match_inputs(inputs.iter().map(|(n, _)| *n))?;
+        let tensors: Vec<HostTensor> = order
+            .iter()
+            .enumerate()
+            .map(|(slot, &k)| from_f32_values("input", &self.inputs[slot], inputs[k].1))
+            .collect::<Result<_>>()?;
+        let refs: Vec<&HostTensor> = tensors.iter().collect();
+        Ok(self.executable.run(&refs)?.iter().map(HostTensor::to_f32_vec).collect())
+    }
+
+    /// Typed inputs: each input's own dtype passes through byte for byte; another float
+    /// dtype is converted by value. Outputs come back in their declared dtypes.
+    pub fn run_typed(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let order = self.match_inputs(inputs.iter().map(|(n, _)| *n))?;
+        let converted: Vec<Option<HostTensor>> = order
+            .iter()
+            .enumerate()
+            .map(|(slot, &k)| coerce("input", &self.inputs[slot], inputs[k].1))
+            .collect::<Result<_>>()?;
+        let refs: Vec<&HostTensor> =
+            order.iter().zip(&converted).map(|(&k, c)| c.as_ref().unwrap_or(inputs[k].1)).collect();
+        self.executable.run(&refs)
+    }
+
+    fn param_slot(&self, name: &str) -> Result<usize> {
+        self.param_index.get(name).copied().ok_or_else(|| {
+            Error::input(format!("unknown param '{name}'; the graph's params are {}", list(&self.params)))
+        })
+    }
+
+    /// For each declared input, the position of the caller's entry for it.
+    fn match_inputs<'a>(&self, names: impl Iterator<Item = &'a str>) -> Result<Vec<usize>> {
+        let mut order = vec![usize::MAX; self.inputs.len()];
+        for (k, name) in names.enumerate() {
+            let Some(&slot) = self.input_index.get(name) else {
+                return Err(Error::input(format!(
+                    "unknown input '{name}'; the graph's inputs are {}",
+                    list(&self.inputs)
+                )));
+            };
+            if order[slot] != usize::MAX {
+                return Err(Error::input(format!("input '{name}' is given twice")));
+            }
+            order[slot] = k;
+        }
+        if let Some(slot) = order.iter().position(|&k| k == usize::MAX) {
+            let b = &self.inputs[slot];
+            return Err(Error::input(format!("missing input '{}' ({})", b.name, b.ty())));
+        }
+        Ok(order)
+    }
+}
+
+fn list(b: &[Boundary]) -> String {
+    if b.is_empty() {
+        return "(none)".to_string();
+    }
+    b.iter().map(|b| format!("'{}' {}", b.name, b.ty())).collect::<Vec<_>>().join(", ")
+}
+
+fn from_f32_values(role: &str, b: &Boundary, values: &[f32]) -> Result<HostTensor> {
+    let want = numel(&b.dims);
+    if values.len() != want {
+        return Err(Error::input(format!(
+            "{role} '{}' expects {} ({want} values), got {} values",
+            b.name,
+            b.ty(),
+            values.len()
+        )));
+    }
+    HostTensor::from_f32_as(b.dtype, &b.dims, values)
+        .map_err(|e| e.context(format!("{role} '{}' ({})", b.name, b.ty())))
+}
+
+/// `None` when `t` already has the declared type; a converted copy when only the float
+/// format differs; an error naming the tensor otherwise.
+fn coerce(role: &str, b: &Boundary, t: &HostTensor) -> Result<Option<HostTensor>> {
+    if t.dims() != b.dims.as_slice() {
+        return Err(Error::input(format!(
+            "{role} '{}' expects {}, got {}",
+            b.name,
+            b.ty(),
+            fmt_type(t.dtype(), t.dims())
+        )));
+    }
+    if t.dtype() == b.dtype {
+        return Ok(None);
+    }
+    if t.dtype().is_float() && b.dtype.is_float() {
+        return HostTensor::from_f64_as(b.dtype, &b.dims, &t.to_f64_vec()).map(Some);
+    }
+    Err(Error::dtype(format!(
+        "{role} '{}' expects {}, got {} (only float formats are converted)",
+        b.name,
+        b.ty(),
+        fmt_type(t.dtype(), t.dims())
+    )))
+}
