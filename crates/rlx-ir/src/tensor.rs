@@ -119,6 +119,7 @@ impl HostTensor {
         match self.dtype {
             DType::F64 => self.chunks::<8>().map(f64::from_le_bytes).collect(),
             DType::I64 => self.chunks::<8>().map(|b| i64::from_le_bytes(b) as f64).collect(),
+            DType::I32 => self.chunks::<4>().map(|b| i32::from_le_bytes(b) as f64).collect(),
             DType::I8 => self.bytes.iter().map(|&b| b as i8 as f64).collect(),
             DType::U8 | DType::Bool => self.bytes.iter().map(|&b| b as f64).collect(),
             _ => self.to_f32_vec().into_iter().map(|v| v as f64).collect(),

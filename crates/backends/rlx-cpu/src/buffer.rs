@@ -310,10 +310,12 @@ pub trait Float:
     fn tan(self) -> Self;
     fn atan(self) -> Self;
     fn erf(self) -> Self;
+    fn erfc(self) -> Self;
+    fn is_infinite(self) -> bool;
 }
 
 macro_rules! impl_float {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $erf:path, $erfc:path) => {
         impl Float for $t {
             fn from_f64(v: f64) -> Self {
                 v as $t
@@ -354,11 +356,17 @@ macro_rules! impl_float {
             fn erf(self) -> Self {
                 $erf(self)
             }
+            fn erfc(self) -> Self {
+                $erfc(self)
+            }
+            fn is_infinite(self) -> bool {
+                <$t>::is_infinite(self)
+            }
         }
     };
 }
-impl_float!(f32, libm::erff);
-impl_float!(f64, libm::erf);
+impl_float!(f32, libm::erff, libm::erfcf);
+impl_float!(f64, libm::erf, libm::erfc);
 
 /// A step's operands: indices into the program's buffers, in the op's operand order.
 #[derive(Clone, Copy)]

@@ -262,7 +262,7 @@ fn plan(graph: &Graph, op: &Op, ins: &[(DType, &[usize])], out: &[usize], id: rl
             dims(1),
             dims(2),
             (*mask == MaskKind::Bias).then(|| dims(3)),
-            scale.0,
+            scale.map(|s| s.0),
             *mask == MaskKind::Causal,
         )),
         Op::Rope { style, base, rotary_dims } => {

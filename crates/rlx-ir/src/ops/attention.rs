@@ -5,7 +5,8 @@
 //! `bias` broadcastable to `[b, hq, sq, skv]`; out `[b, hq, sq, dv]`. Float, one dtype.
 //!
 //! Reference semantics: `out = softmax(scale * q k^T + mask) v` over the key axis,
-//! `scale` defaulting to `1 / sqrt(d)`. `Causal` aligns the last query with the last key
+//! `scale` defaulting to `1 / sqrt(d)` (computed in the compute type, so an f64
+//! graph gets the f64 value). `Causal` aligns the last query with the last key
 //! (query `i` sees keys `0 ..= i + skv - sq`), which is what a KV-cached decode step
 //! needs; it requires `sq <= skv` so that no row is fully masked.
 
@@ -32,11 +33,13 @@ pub enum MaskKind {
     Bias,
 }
 
-pub(crate) fn infer(mask: MaskKind, scale: F32Attr, ins: &[Operand]) -> Result<(DType, Vec<usize>)> {
+pub(crate) fn infer(mask: MaskKind, scale: Option<F32Attr>, ins: &[Operand]) -> Result<(DType, Vec<usize>)> {
     let (q, k, v) = (ins[0], ins[1], ins[2]);
     check_float("q", q)?;
     let dtype = check_same_dtype(ins)?;
-    check_finite("scale", scale.0)?;
+    if let Some(s) = scale {
+        check_finite("scale", s.0)?;
+    }
     if q.dims.len() != 4 || k.dims.len() != 4 || v.dims.len() != 4 {
         return Err(Error::shape(format!(
             "expects q [b, hq, sq, d], k [b, hkv, skv, d], v [b, hkv, skv, dv], got {}, {}, {}",
@@ -76,8 +79,7 @@ impl Graph {
         mask: AttentionMask,
         scale: Option<f32>,
     ) -> Result<NodeId> {
-        let head_dim = self.dims(q).last().copied().unwrap_or(1).max(1);
-        let scale = F32Attr(scale.unwrap_or(1.0 / (head_dim as f32).sqrt()));
+        let scale = scale.map(F32Attr);
         let (kind, inputs) = match mask {
             AttentionMask::None => (MaskKind::None, vec![q, k, v]),
             AttentionMask::Causal => (MaskKind::Causal, vec![q, k, v]),

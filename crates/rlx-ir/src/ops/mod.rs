@@ -103,8 +103,8 @@ pub enum Op {
     MaxPool2d { params: PoolParams },
     /// `[x]`, NCHW.
     AvgPool2d { params: PoolParams, count_include_pad: bool },
-    /// `[q, k, v, bias?]`: scaled dot-product attention.
-    Attention { mask: MaskKind, scale: F32Attr },
+    /// `[q, k, v, bias?]`: scaled dot-product attention; `scale` None is 1/sqrt(head_dim).
+    Attention { mask: MaskKind, scale: Option<F32Attr> },
     /// `[x, positions]`: rotary position embedding over the last axis.
     Rope { style: RopeStyle, base: F32Attr, rotary_dims: usize },
     /// `[cache, new, pos]`: cache with `new` written at `pos` along `axis`.

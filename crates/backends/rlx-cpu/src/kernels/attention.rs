@@ -14,7 +14,7 @@ pub struct AttentionPlan {
     pub skv: usize,
     pub d: usize,
     pub dv: usize,
-    pub scale: f32,
+    pub scale: f64,
     pub causal: bool,
     /// Strides of the bias over `[b, hq, sq, skv]` when there is one.
     pub bias_strides: Option<Vec<usize>>,
@@ -26,7 +26,7 @@ impl AttentionPlan {
         k: &[usize],
         v: &[usize],
         bias: Option<&[usize]>,
-        scale: f32,
+        scale: Option<f32>,
         causal: bool,
     ) -> AttentionPlan {
         let full = [q[0], q[1], q[2], k[2]];
@@ -38,7 +38,7 @@ impl AttentionPlan {
             skv: k[2],
             d: q[3],
             dv: v[3],
-            scale,
+            scale: scale.map_or(1.0 / (q[3] as f64).sqrt(), f64::from),
             causal,
             bias_strides: bias.map(|d| broadcast_strides(d, &full)),
         }
@@ -55,7 +55,7 @@ pub fn attention(p: &AttentionPlan, class: Class, ins: &Args, out: &mut Buffer) 
 
 fn attention_typed<T: Float>(p: &AttentionPlan, q: &[T], k: &[T], v: &[T], bias: Option<&[T]>, out: &mut [T]) {
     let group = p.hq / p.hkv;
-    let scale = T::from_f64(p.scale as f64);
+    let scale = T::from_f64(p.scale);
     let mut scores = vec![T::ZERO; p.skv];
     for b in 0..p.b {
         for h in 0..p.hq {

@@ -140,16 +140,15 @@ pub fn unary_fn<T: Float>(u: Unary) -> fn(T) -> T {
         Unary::Rsqrt => |x| T::ONE / x.sqrt(),
         Unary::Recip => |x| T::ONE / x,
         Unary::Relu => |x| if x > T::ZERO || x.is_nan() { x } else { T::ZERO },
-        Unary::Gelu => |x| {
-            let half = T::from_f64(0.5);
-            half * x * (T::ONE + (x * T::from_f64(std::f64::consts::FRAC_1_SQRT_2)).erf())
-        },
+        // Gelu via erfc and GeluTanh via the logistic form keep full relative accuracy
+        // for negative x, where 1 + erf(x) and 1 + tanh(x) cancel.
+        Unary::Gelu => |x| gated(x, T::from_f64(0.5) * (-x * T::from_f64(std::f64::consts::FRAC_1_SQRT_2)).erfc()),
         Unary::GeluTanh => |x| {
-            let c = T::from_f64((2.0 / std::f64::consts::PI).sqrt());
-            let inner = c * (x + T::from_f64(0.044715) * x * x * x);
-            T::from_f64(0.5) * x * (T::ONE + inner.tanh())
+            // 1 + tanh(z) = 2 sigmoid(2z).
+            let z = T::from_f64((8.0 / std::f64::consts::PI).sqrt()) * (x + T::from_f64(0.044715) * x * x * x);
+            gated(x, sigmoid(z))
         },
-        Unary::Silu => |x| x * sigmoid(x),
+        Unary::Silu => |x| gated(x, sigmoid(x)),
         Unary::Sigmoid => sigmoid,
         Unary::Tanh => |x| x.tanh(),
         Unary::Softplus => softplus,
@@ -159,9 +158,15 @@ pub fn unary_fn<T: Float>(u: Unary) -> fn(T) -> T {
         Unary::Atan => |x| x.atan(),
         Unary::Erf => |x| x.erf(),
         Unary::Ln1p => |x| x.ln_1p(),
-        Unary::Mish => |x| x * softplus(x).tanh(),
+        Unary::Mish => |x| gated(x, softplus(x).tanh()),
         Unary::LogSigmoid => |x| -softplus(-x),
     }
+}
+
+/// `x * gate` for a gate that vanishes as x -> -inf, where the product's limit is 0
+/// (which -inf * 0 = NaN would miss).
+fn gated<T: Float>(x: T, gate: T) -> T {
+    if gate == T::ZERO && x.is_infinite() { T::ZERO } else { x * gate }
 }
 
 /// 1 / (1 + e^-x), written so neither branch overflows.

@@ -1,0 +1,116 @@
+use crate::common::*;
+use rlx::prelude::*;
+
+#[allow(clippy::too_many_arguments)]
+fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, scale: f64) -> Vec<f64> {
+    let [b, hq, sq, d] = [q.dims[0], q.dims[1], q.dims[2], q.dims[3]];
+    let [hkv, skv, dv] = [k.dims[1], k.dims[2], v.dims[3]];
+    let mut out = Vec::new();
+    for bi in 0..b {
+        for h in 0..hq {
+            let kh = h * hkv / hq;
+            for i in 0..sq {
+                let scores: Vec<f64> = (0..skv)
+                    .map(|j| {
+                        if causal && j + sq > i + skv {
+                            return f64::NEG_INFINITY;
+                        }
+                        let dot: f64 = (0..d)
+                            .map(|t| {
+                                q.values[ravel(&[bi, h, i, t], &q.dims)] * k.values[ravel(&[bi, kh, j, t], &k.dims)]
+                            })
+                            .sum();
+                        dot * scale + bias.map_or(0.0, |bb| broadcast_read(&bb.values, &bb.dims, &[bi, h, i, j]))
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for t in 0..dv {
+                    out.push((0..skv).map(|j| e[j] / z * v.values[ravel(&[bi, kh, j, t], &v.dims)]).sum());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_reference() {
+    let mut rng = Rng::new(80);
+    // (b, hq, hkv, sq, skv, d, dv, mask, scale)
+    #[derive(Clone, Copy)]
+    enum M {
+        None,
+        Causal,
+        BiasRow,
+        BiasFull,
+    }
+    let cases = [
+        (1usize, 1usize, 1usize, 1usize, 1usize, 1usize, 1usize, M::None, None),
+        (2, 4, 4, 5, 5, 8, 8, M::None, None),
+        (1, 4, 2, 6, 6, 16, 8, M::Causal, None),
+        (2, 6, 1, 1, 9, 8, 8, M::Causal, Some(0.3f32)),
+        (1, 2, 2, 3, 7, 4, 5, M::Causal, None),
+        (1, 2, 1, 4, 4, 8, 8, M::BiasRow, None),
+        (2, 2, 2, 3, 5, 4, 4, M::BiasFull, Some(1.0)),
+        (1, 2, 2, 0, 4, 4, 4, M::None, None),
+    ];
+    for dtype in FLOATS {
+        for &(b, hq, hkv, sq, skv, d, dv, mask, scale) in &cases {
+            let q = rand_input(&mut rng, dtype, &[b, hq, sq, d], -2.0, 2.0);
+            let k = rand_input(&mut rng, dtype, &[b, hkv, skv, d], -2.0, 2.0);
+            let v = rand_input(&mut rng, dtype, &[b, hkv, skv, dv], -2.0, 2.0);
+            let mut bias = match mask {
+                M::BiasFull => rand_input(&mut rng, dtype, &[b, hq, sq, skv], -1.0, 1.0),
+                _ => rand_input(&mut rng, dtype, &[1, 1, sq, skv], -1.0, 1.0),
+            };
+            if let M::BiasRow = mask {
+                // A -inf entry masks a key out.
+                bias.values[1] = f64::NEG_INFINITY;
+            }
+            let s = scale.map_or(1.0 / (d as f64).sqrt(), |s| s as f64);
+            let use_bias = matches!(mask, M::BiasRow | M::BiasFull);
+            let expected = reference(&q, &k, &v, use_bias.then_some(&bias), matches!(mask, M::Causal), s);
+            let got = eval_ok(&[q, k, v, bias], |g, x| {
+                let m = match mask {
+                    M::None => AttentionMask::None,
+                    M::Causal => AttentionMask::Causal,
+                    _ => AttentionMask::Bias(x[3]),
+                };
+                g.attention(x[0], x[1], x[2], m, scale)
+            });
+            // Scores carry d-deep dot products (|q||k| <= 4 each) into exp; outputs are
+            // convex combinations of |v| <= 2.
+            let k_err = (d + skv) as f64 * 4.0 + 16.0;
+            assert_close(
+                &got,
+                dtype,
+                &[b, hq, sq, dv],
+                &expected,
+                |i| bound(dtype, k_err, 8.0, expected[i]),
+                &format!("attention {dtype} b{b} hq{hq} hkv{hkv} sq{sq} skv{skv}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn attention_rejects_bad_shapes() {
+    let t = |dims: &[usize]| input(DType::F32, dims, vec![0.0; dims.iter().product()]);
+    let e = eval(&[t(&[1, 3, 2, 4]), t(&[1, 2, 2, 4]), t(&[1, 2, 2, 4])], |g, x| {
+        g.attention(x[0], x[1], x[2], AttentionMask::None, None)
+    })
+    .unwrap_err();
+    assert!(e.message().contains("heads"), "{e}");
+    let e = eval(&[t(&[1, 2, 5, 4]), t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4])], |g, x| {
+        g.attention(x[0], x[1], x[2], AttentionMask::Causal, None)
+    })
+    .unwrap_err();
+    assert!(e.message().contains("sq"), "{e}");
+    let e = eval(&[t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4]), t(&[2, 3])], |g, x| {
+        g.attention(x[0], x[1], x[2], AttentionMask::Bias(x[3]), None)
+    })
+    .unwrap_err();
+    assert!(e.message().contains("f32[2,3]"), "{e}");
+}
