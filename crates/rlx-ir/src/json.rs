@@ -143,7 +143,7 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 /// Decodes standard padded base64; the error names the offending character offset.
 pub fn base64_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
     let s = text.as_bytes();
-    if s.len() % 4 != 0 {
+    if !s.len().is_multiple_of(4) {
         return Err(format!("base64 length {} is not a multiple of 4", s.len()));
     }
     let mut out = Vec::with_capacity(s.len() / 4 * 3);

@@ -296,6 +296,8 @@ pub trait Float:
     + std::ops::Mul<Output = Self>
     + std::ops::Div<Output = Self>
     + std::ops::Neg<Output = Self>
+    + std::ops::AddAssign
+    + std::ops::MulAssign
 {
     fn from_f64(v: f64) -> Self;
     fn to_f64(self) -> f64;

@@ -1,8 +1,8 @@
 //! 2-D convolution and pooling, NCHW.
 //!
 //! Shape rule (per spatial axis, `pad_lo + pad_hi` the axis' two paddings):
-//! `out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1`, which must be
-//! >= 1. Conv: `x [n, c, h, w]`, `w [o, c / groups, kh, kw]`, optional `bias [o]`, with
+//! `out = (in + pad_lo + pad_hi - dilation * (kernel - 1) - 1) / stride + 1`, at least 1.
+//! Conv: `x [n, c, h, w]`, `w [o, c / groups, kh, kw]`, optional `bias [o]`, with
 //! `groups` dividing both c and o; out `[n, o, oh, ow]`. Float only, one dtype.
 //!
 //! Reference semantics (PyTorch's, cross-correlation):

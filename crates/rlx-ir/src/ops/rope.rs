@@ -36,7 +36,7 @@ pub(crate) fn infer(x: Operand, positions: Operand, rotary_dims: usize, base: F3
     if !positions.dtype.is_int() || positions.dims != [s] {
         return Err(Error::shape(format!("positions must be integers [{s}] for x {}, got {}", x.ty(), positions.ty())));
     }
-    if rotary_dims % 2 != 0 || rotary_dims > d || rotary_dims == 0 {
+    if !rotary_dims.is_multiple_of(2) || rotary_dims > d || rotary_dims == 0 {
         return Err(Error::shape(format!("rotary_dims {rotary_dims} must be even, >= 2 and <= head_dim {d}")));
     }
     Ok((x.dtype, x.dims.to_vec()))

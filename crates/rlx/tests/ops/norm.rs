@@ -30,12 +30,12 @@ fn layer_norm_and_rms_norm_match_reference() {
                     let x = rand_input(&mut rng, dtype, dims, -4.0, 6.0);
                     let gamma = rand_input(&mut rng, dtype, &[h], 0.5, 2.0);
                     let beta = rand_input(&mut rng, dtype, &[h], -1.0, 1.0);
-                    let eps = 1e-5;
+                    let eps = 1e-5f32;
                     let expected = reference(
                         &x,
                         use_gamma.then_some(&gamma.values[..]),
                         use_beta.then_some(&beta.values[..]),
-                        eps as f32 as f64,
+                        eps as f64,
                         rms,
                     );
                     let ins = vec![x, gamma, beta];

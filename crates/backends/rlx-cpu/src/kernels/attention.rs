@@ -71,7 +71,7 @@ fn attention_typed<T: Float>(p: &AttentionPlan, q: &[T], k: &[T], v: &[T], bias:
                     let dot = qrow.iter().zip(krow).fold(T::ZERO, |a, (&x, &y)| a + x * y);
                     let mut score = dot * scale;
                     if let (Some(bias), Some(st)) = (bias, &p.bias_strides) {
-                        score = score + bias[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+                        score += bias[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
                     }
                     *s = score;
                     max = max.max_nan(score);
@@ -79,14 +79,14 @@ fn attention_typed<T: Float>(p: &AttentionPlan, q: &[T], k: &[T], v: &[T], bias:
                 let mut sum = T::ZERO;
                 for s in scores.iter_mut().take(visible) {
                     *s = (*s - max).exp();
-                    sum = sum + *s;
+                    sum += *s;
                 }
                 let orow = &mut out[((b * p.hq + h) * p.sq + i) * p.dv..][..p.dv];
                 orow.fill(T::ZERO);
                 for (j, &s) in scores.iter().enumerate().take(visible) {
                     let w = s / sum;
                     let vrow = &v[(kbase + j) * p.dv..][..p.dv];
-                    orow.iter_mut().zip(vrow).for_each(|(o, &x)| *o = *o + w * x);
+                    orow.iter_mut().zip(vrow).for_each(|(o, &x)| *o += w * x);
                 }
             }
         }

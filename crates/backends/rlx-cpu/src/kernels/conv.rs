@@ -89,7 +89,7 @@ fn conv_typed<T: Float>(g: &Geometry, groups: usize, x: &[T], w: &[T], bias: Opt
                                 let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
                                 let xv = x[((b * g.c + chan) * g.h + iy) * g.w + ix];
                                 let wv = w[((f * cg + ci) * g.kh + ky) * g.kw + kx];
-                                acc = acc + xv * wv;
+                                acc += xv * wv;
                             }
                         }
                     }

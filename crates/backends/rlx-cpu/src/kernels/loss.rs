@@ -13,7 +13,7 @@ pub fn cross_entropy(n: usize, c: usize, class: Class, ins: &Args, out: &mut Buf
         for i in 0..n {
             let row = &logits[i * c..(i + 1) * c];
             let label = checked_index(ins.buf(1)?, i, c, "cross_entropy labels (classes)")?;
-            total = total + (log_sum_exp(row) - row[label]);
+            total += log_sum_exp(row) - row[label];
         }
         out[0] = total / T::from_usize(n);
         Ok(())

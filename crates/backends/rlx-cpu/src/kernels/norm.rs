@@ -41,10 +41,10 @@ fn norm_typed<T: Float>(p: &NormPlan, x: &[T], gamma: Option<&[T]>, beta: Option
         for (j, (o, &v)) in y.iter_mut().zip(row).enumerate() {
             let mut r = (v - center) * inv;
             if let Some(g) = gamma {
-                r = r * g[j];
+                r *= g[j];
             }
             if let Some(b) = beta {
-                r = r + b[j];
+                r += b[j];
             }
             *o = r;
         }

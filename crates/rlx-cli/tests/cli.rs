@@ -1,0 +1,187 @@
+//! The `rlx` binary end to end: files in, files out, one-line errors.
+
+use rlx::prelude::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn rlx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rlx")).args(args).output().expect("run rlx")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh scratch directory per test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlx-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A small network over several dtypes: x (f32), ids (i64), w (bf16 param).
+fn network() -> Graph {
+    let mut g = Graph::new("cli_net");
+    let x = g.input("x", DType::F32, &[3, 4]).unwrap();
+    let ids = g.input("ids", DType::I64, &[2]).unwrap();
+    let w = g.param("w", DType::BF16, &[4, 4]).unwrap();
+    let xw = g.cast(x, DType::BF16).unwrap();
+    let h = g.matmul(xw, w).unwrap();
+    let h = g.unary(Unary::Gelu, h).unwrap();
+    let h = g.cast(h, DType::F32).unwrap();
+    let p = g.softmax(h, 1).unwrap();
+    let rows = g.gather(p, ids).unwrap();
+    let f = g.cast(rows, DType::F64).unwrap();
+    let s = g.reduce(ReduceOp::Sum, f, &[1], false).unwrap();
+    let am = g.argmax(h, 1, false).unwrap();
+    g.set_outputs(&[p, s, am, w]).unwrap();
+    g
+}
+
+fn write(dir: &Path, name: &str, t: &HostTensor) -> String {
+    let path = dir.join(name);
+    rlx::io::save_npy(&path, t).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn run_reproduces_the_api_bit_for_bit() {
+    let dir = scratch("run");
+    let g = network();
+    let graph_path = dir.join("net.json");
+    std::fs::write(&graph_path, g.to_json().unwrap()).unwrap();
+    let x = HostTensor::from_f32(&[3, 4], &(0..12).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>()).unwrap();
+    let ids = HostTensor::from_i64(&[2], &[2, 0]).unwrap();
+    let w =
+        HostTensor::from_f32_as(DType::BF16, &[4, 4], &(0..16).map(|i| (i as f32 * 0.61).cos()).collect::<Vec<_>>())
+            .unwrap();
+
+    let mut c = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
+    c.set_param_typed("w", &w).unwrap();
+    let api = c.run_typed(&[("x", &x), ("ids", &ids)]).unwrap();
+
+    let (xa, ia, wa) = (write(&dir, "x.npy", &x), write(&dir, "ids.npy", &ids), write(&dir, "w.npy", &w));
+    let out_dir = dir.join("out");
+    let o = rlx(&[
+        "run",
+        graph_path.to_str().unwrap(),
+        "--input",
+        &format!("x={xa}"),
+        "--input",
+        &format!("ids={ia}"),
+        "--param",
+        &format!("w={wa}"),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (i, want) in api.iter().enumerate() {
+        let got = rlx::io::load_npy(out_dir.join(format!("output_{i}.npy"))).unwrap();
+        if want.dtype() == DType::BF16 {
+            // .npy has no bf16: written as f32, exactly.
+            assert_eq!(got.dtype(), DType::F32);
+            assert_eq!(got.to_f32_vec(), want.to_f32_vec());
+        } else {
+            assert_eq!(&got, want, "output {i}");
+        }
+    }
+    // Without --out the outputs are printed.
+    let o = rlx(&[
+        "run",
+        graph_path.to_str().unwrap(),
+        "--input",
+        &format!("x={xa}"),
+        "--input",
+        &format!("ids={ia}"),
+        "--param",
+        &format!("w={wa}"),
+    ]);
+    assert!(o.status.success() && stdout(&o).contains("output 2: i64[3]"), "{}", stdout(&o));
+}
+
+#[test]
+fn inspect_lists_nodes_and_boundaries() {
+    let dir = scratch("inspect");
+    let path = dir.join("net.json");
+    std::fs::write(&path, network().to_json().unwrap()).unwrap();
+    let o = rlx(&["inspect", path.to_str().unwrap()]);
+    let text = stdout(&o);
+    assert!(o.status.success());
+    for want in ["graph 'cli_net'", "matmul", "bf16[4,4]", "'ids'", "inputs (2", "params (1, 32 bytes)", "outputs (4"] {
+        assert!(text.contains(want), "missing '{want}' in:\n{text}");
+    }
+}
+
+#[test]
+fn demo_runs_and_checks_itself() {
+    let o = rlx(&["demo"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("max |rlx - f64 reference|"));
+}
+
+#[test]
+fn help_for_every_command() {
+    for args in [&["--help"][..], &["run", "--help"], &["inspect", "--help"], &["demo", "--help"]] {
+        let o = rlx(args);
+        assert!(o.status.success() && stdout(&o).contains("Usage"), "{args:?}");
+    }
+}
+
+/// Every failure: non-zero exit, exactly one line on stderr, naming the culprit.
+#[test]
+fn errors_are_one_line_and_name_the_culprit() {
+    let dir = scratch("errors");
+    let graph = dir.join("net.json");
+    std::fs::write(&graph, network().to_json().unwrap()).unwrap();
+    let g = graph.to_str().unwrap();
+    let bad_json = dir.join("bad.json");
+    std::fs::write(&bad_json, "{\"format\": \"rlx-graph\", ").unwrap();
+    let truncated = dir.join("t.npy");
+    let full = rlx::io::npy_bytes(&HostTensor::from_f32(&[3, 4], &[0.0; 12]).unwrap());
+    std::fs::write(&truncated, &full[..full.len() - 5]).unwrap();
+    let x_ok = write(&dir, "x.npy", &HostTensor::from_f32(&[3, 4], &[0.0; 12]).unwrap());
+    let x_wrong = write(&dir, "xw.npy", &HostTensor::from_f32(&[4, 3], &[0.0; 12]).unwrap());
+    let ids = write(&dir, "ids.npy", &HostTensor::from_i64(&[2], &[0, 9]).unwrap());
+    let w = write(&dir, "w.npy", &HostTensor::from_f32(&[4, 4], &[0.0; 16]).unwrap());
+    let full_run = |x: &str| -> Vec<String> {
+        vec![
+            "run".into(),
+            g.into(),
+            "--input".into(),
+            format!("x={x}"),
+            "--input".into(),
+            format!("ids={ids}"),
+            "--param".into(),
+            format!("w={w}"),
+        ]
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["inspect".into(), dir.join("missing.json").to_str().unwrap().into()], "missing.json"),
+        (vec!["inspect".into(), bad_json.to_str().unwrap().into()], "bad.json"),
+        (vec!["run".into(), g.into(), "--input".into(), "x".into()], "NAME=FILE"),
+        (vec!["run".into(), g.into(), "--input".into(), format!("x={}", truncated.display())], "t.npy"),
+        (full_run(&x_wrong), "f32[3,4]"),
+        // ids = [0, 9] picks row 9 of a 3-row table: a run-time error naming the index.
+        (full_run(&x_ok), "index 9"),
+        (
+            vec!["run".into(), g.into(), "--input".into(), format!("x={x_ok}"), "--input".into(), format!("ids={ids}")],
+            "param 'w'",
+        ),
+        (vec!["run".into(), g.into(), "--input".into(), format!("y={x_ok}")], "unknown input 'y'"),
+        (vec!["run".into(), g.into(), "--input".into(), format!("x={x_ok}")], "missing input 'ids'"),
+        (vec!["frobnicate".into()], "frobnicate"),
+    ];
+    for (args, culprit) in cases {
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let o = rlx(&args);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: stderr is not one line:\n{err}");
+        assert!(err.contains(culprit), "{args:?}: '{culprit}' not in: {err}");
+    }
+}

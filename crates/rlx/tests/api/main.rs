@@ -1,0 +1,13 @@
+//! The public API's contract: boundary conversions, error messages, JSON, devices.
+
+mod boundary;
+mod errors;
+mod json;
+mod session;
+
+use rlx::prelude::*;
+
+/// Compiles `g` for the CPU with default options.
+pub fn compile(g: &Graph) -> CompiledGraph {
+    Session::new(Device::Cpu).unwrap().compile_with(g, &CompileOptions::default()).unwrap()
+}
