@@ -208,6 +208,14 @@ mod tests {
         let e = HostTensor::from_f32_as(DType::U8, &[2], &[1.0, 300.0]).unwrap_err();
         assert!(e.message().contains("300") && e.message().contains("index 1"), "{e}");
         assert!(HostTensor::from_f32_as(DType::I64, &[1], &[1.5]).is_err());
+        for (dtype, bad) in
+            [(DType::U8, 256.0), (DType::U8, -1.0), (DType::I8, 128.0), (DType::I8, -129.0), (DType::Bool, 2.0)]
+        {
+            assert!(HostTensor::from_f32_as(dtype, &[1], &[bad]).is_err(), "{dtype} {bad}");
+        }
+        for (dtype, edge) in [(DType::U8, 255.0), (DType::I8, -128.0), (DType::I32, -2147483648.0)] {
+            assert_eq!(HostTensor::from_f32_as(dtype, &[1], &[edge]).unwrap().to_f64_vec(), vec![edge as f64]);
+        }
         assert!(HostTensor::from_f32_as(DType::I64, &[1], &[f32::NAN]).is_err());
     }
 

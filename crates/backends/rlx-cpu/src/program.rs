@@ -94,7 +94,7 @@ impl CpuProgram {
                 op => {
                     let ins: Vec<(DType, &[usize])> =
                         node.inputs().iter().map(|&i| (graph.dtype(i), graph.dims(i))).collect();
-                    let kernel = plan(graph, op, &ins, &dims, id)?;
+                    let kernel = plan(op, &ins, &dims, || graph.describe(node.inputs()[0]))?;
                     // Kernels are instantiated for their main operand's storage
                     // (`where`'s first operand is the bool condition).
                     let class = Class::of(if matches!(op, Op::Where) { ins[1].0 } else { ins[0].0 });
@@ -204,8 +204,9 @@ fn kernel_name(k: &Kernel) -> &'static str {
     }
 }
 
-/// Resolves one non-leaf node to its kernel and plan.
-fn plan(graph: &Graph, op: &Op, ins: &[(DType, &[usize])], out: &[usize], id: rlx_ir::NodeId) -> Result<Kernel> {
+/// Resolves one non-leaf node to its kernel and plan. `first_operand` describes operand 0
+/// for run-time error messages (the table of a gather, the cache of a kv_append).
+fn plan(op: &Op, ins: &[(DType, &[usize])], out: &[usize], first_operand: impl Fn() -> String) -> Result<Kernel> {
     let dims = |i: usize| ins[i].1;
     let all_dims = || ins.iter().map(|(_, d)| *d).collect::<Vec<_>>();
     Ok(match op {
@@ -241,14 +242,11 @@ fn plan(graph: &Graph, op: &Op, ins: &[(DType, &[usize])], out: &[usize], id: rl
         Op::Narrow { axis, start, len } => Kernel::Strided(layout::StridedCopy::narrow(dims(0), *axis, *start, *len)),
         Op::Expand { dims: to } => Kernel::Strided(layout::StridedCopy::expand(dims(0), to)),
         Op::Concat { axis } => Kernel::Concat(layout::ConcatPlan::new(&all_dims(), *axis)),
-        Op::Gather => {
-            let table = graph.node(id).map(|n| graph.describe(n.inputs()[0])).unwrap_or_default();
-            Kernel::Gather(gather::GatherPlan {
-                rows: dims(0)[0],
-                row_len: numel(&dims(0)[1..]),
-                table: format!("table {table}"),
-            })
-        }
+        Op::Gather => Kernel::Gather(gather::GatherPlan {
+            rows: dims(0)[0],
+            row_len: numel(&dims(0)[1..]),
+            table: format!("table {}", first_operand()),
+        }),
         Op::CrossEntropy => Kernel::CrossEntropy { n: dims(0)[0], c: dims(0)[1] },
         Op::Conv2d { params, .. } => {
             Kernel::Conv2d { geometry: conv::Geometry::conv(dims(0), dims(1), out, params), groups: params.groups }
@@ -270,13 +268,12 @@ fn plan(graph: &Graph, op: &Op, ins: &[(DType, &[usize])], out: &[usize], id: rl
         }
         Op::KvAppend { axis } => {
             let (cache, new) = (dims(0), dims(1));
-            let cache_desc = graph.node(id).map(|n| graph.describe(n.inputs()[0])).unwrap_or_default();
             Kernel::KvAppend(kv_cache::KvAppendPlan {
                 outer: numel(&cache[..*axis]),
                 capacity: cache[*axis],
                 rows: new[*axis],
                 inner: numel(&cache[axis + 1..]),
-                cache: format!("cache {cache_desc}"),
+                cache: format!("cache {}", first_operand()),
             })
         }
     })

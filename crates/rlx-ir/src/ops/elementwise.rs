@@ -9,6 +9,8 @@
 //! - integers wrap (two's complement) on add/sub/mul/pow; div truncates toward zero and
 //!   `x / 0 = 0` (no trap); `pow` with a negative exponent is the truncated real result
 //!   (1 for base 1, ±1 for base -1, else 0).
+//! - unary functions return NaN for NaN and their limit at +-inf (gelu, silu, mish of
+//!   -inf are 0, not -inf * 0 = NaN); no flush of denormals.
 //! - comparisons are false when either side is NaN, except `ne`, which is true.
 //! - casts: float -> narrower float rounds to nearest even in one step; float -> int
 //!   truncates toward zero and saturates, NaN -> 0; int -> int wraps; anything -> bool

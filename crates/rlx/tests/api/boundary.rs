@@ -107,3 +107,20 @@ fn integer_and_bool_boundaries() {
     let e = c.run(&[("x", &[1.0, 0.0, 0.0]), ("b", &[1.0, 2.0, 1.0])]).unwrap_err();
     assert!(e.message().contains("'b'") && e.message().contains("bool"), "{e}");
 }
+
+#[test]
+fn half_intermediates_are_rounded_on_every_store() {
+    // (1 + eps) - 1 where 1 + eps rounds to 1 in the format: an intermediate kept in f32
+    // would leave eps behind. The graph's one output hides nothing: the sum is internal.
+    for (dtype, eps) in [(DType::F16, 2f32.powi(-12)), (DType::BF16, 2f32.powi(-9))] {
+        let mut g = Graph::new("chain");
+        let one = g.input("one", dtype, &[1]).unwrap();
+        let e = g.input("eps", DType::F32, &[1]).unwrap();
+        let e = g.cast(e, dtype).unwrap();
+        let s = g.add(one, e).unwrap();
+        let d = g.sub(s, one).unwrap();
+        g.set_outputs(&[d]).unwrap();
+        let out = compile(&g).run(&[("one", &[1.0]), ("eps", &[eps])]).unwrap();
+        assert_eq!(out[0], vec![0.0], "{dtype}");
+    }
+}

@@ -114,3 +114,14 @@ fn attention_rejects_bad_shapes() {
     .unwrap_err();
     assert!(e.message().contains("f32[2,3]"), "{e}");
 }
+
+#[test]
+fn attention_with_all_scores_far_below_zero() {
+    // Scores -200 and -200: the row maximum must start at -inf, not 0, or every weight
+    // underflows to 0 and the row is 0/0.
+    let q = input(DType::F32, &[1, 1, 1, 1], vec![20.0]);
+    let k = input(DType::F32, &[1, 1, 2, 1], vec![-10.0, -10.0]);
+    let v = input(DType::F32, &[1, 1, 2, 1], vec![1.0, 3.0]);
+    let got = eval_ok(&[q, k, v], |g, x| g.attention(x[0], x[1], x[2], AttentionMask::None, Some(1.0)));
+    assert_exact(&got, DType::F32, &[1, 1, 1, 1], &[2.0], "attention far below zero");
+}

@@ -545,4 +545,36 @@ fn cast_from_f64_and_i64_rounds_once() {
     let mut c = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
     let got = c.run_typed(&[("i", &HostTensor::from_i64(&[1], &[v]).unwrap())]).unwrap().remove(0);
     assert_exact(&got, DType::BF16, &[1], &[2f64.powi(30) + 2f64.powi(23)], "i64 -> bf16");
+    // Beyond 2^53, where i64 -> f64 itself rounds: 2^60 + 2^52 + 1 sits just above the
+    // bf16 tie, and a plain i64 -> f64 would land on the tie and round down.
+    let big: i64 = (1 << 60) + (1 << 52) + 1;
+    let got = c.run_typed(&[("i", &HostTensor::from_i64(&[1], &[big]).unwrap())]).unwrap().remove(0);
+    assert_exact(&got, DType::BF16, &[1], &[2f64.powi(60) + 2f64.powi(53)], "large i64 -> bf16");
+}
+
+#[test]
+fn unary_large_arguments_do_not_overflow_intermediates() {
+    // softplus, mish, log-sigmoid, sigmoid, silu, gelu and tanh stay finite where a naive
+    // formula's exp overflows (e^100 > f32::MAX).
+    for dtype in FLOATS {
+        let big = if dtype == DType::F16 { [-1000.0, -100.0, 100.0, 1000.0] } else { [-1.0e30, -100.0, 100.0, 1.0e30] };
+        for u in [
+            Unary::Softplus,
+            Unary::Mish,
+            Unary::LogSigmoid,
+            Unary::Sigmoid,
+            Unary::Silu,
+            Unary::Gelu,
+            Unary::GeluTanh,
+            Unary::Tanh,
+        ] {
+            let xs: Vec<f64> = big.iter().map(|&v| round_oracle(v, dtype)).collect();
+            let expected: Vec<f64> = xs.iter().map(|&v| unary_ref(u, v)).collect();
+            let got = eval_ok(&[input(dtype, &[4], xs.clone())], |g, x| g.unary(u, x[0]));
+            // mish(-100) = -100 * tanh(e^-100): the gate is an f32 subnormal, whose
+            // absolute quantum the factor x magnifies.
+            let tol = |i: usize| bound(dtype, 8.0, expected[i].abs(), expected[i]) + min_subnormal(dtype) * xs[i].abs();
+            assert_close(&got, dtype, &[4], &expected, tol, &format!("{} {dtype} large", u.name()));
+        }
+    }
 }

@@ -27,12 +27,8 @@ fn softmax_typed<T: Float>(s: &AxisSplit, log: bool, x: &[T], out: &mut [T]) {
     }
 }
 
-/// ln(sum exp(row)) computed around the row maximum; NaN if the row holds one.
+/// ln(sum exp(row)) computed around the row maximum (NaN if the row holds one).
 pub fn log_sum_exp<T: Float>(row: &[T]) -> T {
     let max = row.iter().fold(T::MAX_ID, |m, &v| m.max_nan(v));
-    if max.is_nan() || max == T::MAX_ID {
-        // NaN row, or every entry -inf (ln 0 = -inf, not -inf - -inf = NaN).
-        return max;
-    }
     max + row.iter().fold(T::ZERO, |acc, &v| acc + (v - max).exp()).ln()
 }
