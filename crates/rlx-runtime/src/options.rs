@@ -32,11 +32,14 @@ pub struct CompileOptions {
     pub precision: PrecisionPolicy,
     /// Fusion passes on (the default) or off.
     pub fusion: bool,
+    /// Worker threads; `None` is `RLX_THREADS`, else every core. Results are
+    /// bit-identical for every value.
+    pub threads: Option<usize>,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { precision: PrecisionPolicy::F32, fusion: true }
+        CompileOptions { precision: PrecisionPolicy::F32, fusion: true, threads: None }
     }
 }
 
@@ -60,6 +63,11 @@ impl CompileOptions {
 
     pub fn with_fusion(mut self, fusion: bool) -> Self {
         self.fusion = fusion;
+        self
+    }
+
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads);
         self
     }
 }

@@ -7,8 +7,10 @@ use crate::kernels::{
     attention, conv, elementwise, elementwise::Broadcast, gather, kv_cache, layout, loss, matmul, norm, reduce,
     reduce::AxisSplit, rope, softmax,
 };
+use rayon::ThreadPool;
 use rlx_ir::shape::{fmt_type, numel};
 use rlx_ir::{BinaryOp, CompareOp, DType, Error, Graph, HostTensor, MaskKind, Op, Result, Unary};
+use std::sync::Arc;
 
 /// A kernel call with everything shape-dependent worked out at compile time.
 #[derive(Clone, Debug)]
@@ -56,7 +58,7 @@ pub struct Leaf {
 }
 
 /// A graph compiled for the CPU.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CpuProgram {
     types: Vec<(DType, Vec<usize>)>,
     buffers: Vec<Buffer>,
@@ -65,12 +67,16 @@ pub struct CpuProgram {
     params: Vec<Leaf>,
     param_set: Vec<bool>,
     outputs: Vec<usize>,
+    threads: usize,
+    pool: Arc<ThreadPool>,
 }
 
 impl CpuProgram {
-    /// Verifies `graph` and resolves every node to a kernel call with its own buffer.
-    pub fn compile(graph: &Graph) -> Result<CpuProgram> {
+    /// Verifies `graph` and resolves every node to a kernel call with its own buffer,
+    /// planned for `threads` workers.
+    pub fn compile(graph: &Graph, threads: usize) -> Result<CpuProgram> {
         graph.verify()?;
+        let threads = threads.max(1);
         let mut program = CpuProgram {
             types: Vec::with_capacity(graph.len()),
             buffers: Vec::with_capacity(graph.len()),
@@ -79,6 +85,8 @@ impl CpuProgram {
             params: Vec::new(),
             param_set: Vec::new(),
             outputs: graph.outputs().iter().map(|o| o.index()).collect(),
+            threads,
+            pool: crate::threads::pool(threads)?,
         };
         for (id, node) in graph.nodes() {
             let (dtype, dims) = (node.dtype(), node.dims().to_vec());
@@ -94,7 +102,7 @@ impl CpuProgram {
                 op => {
                     let ins: Vec<(DType, &[usize])> =
                         node.inputs().iter().map(|&i| (graph.dtype(i), graph.dims(i))).collect();
-                    let kernel = plan(op, &ins, &dims, || graph.describe(node.inputs()[0]))?;
+                    let kernel = plan(op, &ins, &dims, threads, || graph.describe(node.inputs()[0]))?;
                     // Kernels are instantiated for their main operand's storage
                     // (`where`'s first operand is the bool condition).
                     let class = Class::of(if matches!(op, Op::Where) { ins[1].0 } else { ins[0].0 });
@@ -149,6 +157,25 @@ impl CpuProgram {
             check_type(leaf, value)?;
             self.buffers[leaf.node].load(value)?;
         }
+        let pool = self.pool.clone();
+        pool.install(|| self.execute_steps())?;
+        self.outputs
+            .iter()
+            .map(|&o| {
+                let (dtype, dims) = &self.types[o];
+                self.buffers[o].to_host(*dtype, dims)
+            })
+            .collect()
+    }
+}
+
+impl CpuProgram {
+    /// Workers this program was planned for.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn execute_steps(&mut self) -> Result<()> {
         for step in &self.steps {
             let mut out = std::mem::take(&mut self.buffers[step.node]);
             let args = Args { bufs: &self.buffers, ids: &step.operands };
@@ -157,13 +184,7 @@ impl CpuProgram {
             self.buffers[step.node] = out;
             result.map_err(|e| e.context(format!("node %{} ({})", step.node, kernel_name(&step.kernel))))?;
         }
-        self.outputs
-            .iter()
-            .map(|&o| {
-                let (dtype, dims) = &self.types[o];
-                self.buffers[o].to_host(*dtype, dims)
-            })
-            .collect()
+        Ok(())
     }
 }
 
@@ -206,7 +227,13 @@ fn kernel_name(k: &Kernel) -> &'static str {
 
 /// Resolves one non-leaf node to its kernel and plan. `first_operand` describes operand 0
 /// for run-time error messages (the table of a gather, the cache of a kv_append).
-fn plan(op: &Op, ins: &[(DType, &[usize])], out: &[usize], first_operand: impl Fn() -> String) -> Result<Kernel> {
+fn plan(
+    op: &Op,
+    ins: &[(DType, &[usize])],
+    out: &[usize],
+    threads: usize,
+    first_operand: impl Fn() -> String,
+) -> Result<Kernel> {
     let dims = |i: usize| ins[i].1;
     let all_dims = || ins.iter().map(|(_, d)| *d).collect::<Vec<_>>();
     Ok(match op {
@@ -218,7 +245,7 @@ fn plan(op: &Op, ins: &[(DType, &[usize])], out: &[usize], first_operand: impl F
         Op::Where => Kernel::Where(Broadcast::new(out, &all_dims())),
         Op::Unary(u) => Kernel::Unary(*u),
         Op::Cast { .. } => Kernel::Cast { from: ins[0].0 },
-        Op::MatMul => Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out)),
+        Op::MatMul => Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, threads)),
         Op::Reduce { op, axes, .. } => Kernel::Reduce(reduce::ReducePlan::new(*op, dims(0), axes)),
         Op::ArgMax { axis, .. } => Kernel::ArgMax(AxisSplit::new(dims(0), *axis)),
         Op::Softmax { axis } => Kernel::Softmax { split: AxisSplit::new(dims(0), *axis), log: false },

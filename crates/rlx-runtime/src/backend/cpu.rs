@@ -19,7 +19,8 @@ impl Backend for CpuBackend {
                 options.precision
             )));
         }
-        Ok(Box::new(CpuProgram::compile(graph)?))
+        let threads = options.threads.unwrap_or_else(rlx_cpu::threads::default_threads);
+        Ok(Box::new(CpuProgram::compile(graph, threads)?))
     }
 }
 

@@ -4,6 +4,7 @@ mod boundary;
 mod errors;
 mod json;
 mod session;
+mod threads;
 
 use rlx::prelude::*;
 

@@ -2,6 +2,7 @@
 
 use crate::buffer::{Args, Buffer, Class, Float, out_mut};
 use crate::with_float;
+use rayon::prelude::*;
 use rlx_ir::{Conv2dParams, PoolParams, Result};
 
 /// Input `[n, c, h, w]`, output `[n, o, oh, ow]`, window `[kh, kw]`.
@@ -75,28 +76,37 @@ pub fn conv2d(g: &Geometry, groups: usize, class: Class, ins: &Args, out: &mut B
 
 fn conv_typed<T: Float>(g: &Geometry, groups: usize, x: &[T], w: &[T], bias: Option<&[T]>, out: &mut [T]) {
     let (cg, og) = (g.c / groups, g.o / groups);
-    for b in 0..g.n {
-        for f in 0..g.o {
-            let group = f / og;
-            for y in 0..g.oh {
-                for xo in 0..g.ow {
-                    let mut acc = bias.map_or(T::ZERO, |bias| bias[f]);
-                    for ci in 0..cg {
-                        let chan = group * cg + ci;
-                        for ky in 0..g.kh {
-                            let Some(iy) = g.source(0, y, ky, g.h) else { continue };
-                            for kx in 0..g.kw {
-                                let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
-                                let xv = x[((b * g.c + chan) * g.h + iy) * g.w + ix];
-                                let wv = w[((f * cg + ci) * g.kh + ky) * g.kw + kx];
-                                acc += xv * wv;
-                            }
+    let plane = g.oh * g.ow;
+    if plane == 0 {
+        return;
+    }
+    // One task per (image, filter) output plane.
+    let per_plane = |bf: usize, out: &mut [T]| {
+        let (b, f) = (bf / g.o, bf % g.o);
+        let group = f / og;
+        for y in 0..g.oh {
+            for xo in 0..g.ow {
+                let mut acc = bias.map_or(T::ZERO, |bias| bias[f]);
+                for ci in 0..cg {
+                    let chan = group * cg + ci;
+                    for ky in 0..g.kh {
+                        let Some(iy) = g.source(0, y, ky, g.h) else { continue };
+                        for kx in 0..g.kw {
+                            let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
+                            let xv = x[((b * g.c + chan) * g.h + iy) * g.w + ix];
+                            let wv = w[((f * cg + ci) * g.kh + ky) * g.kw + kx];
+                            acc += xv * wv;
                         }
                     }
-                    out[((b * g.o + f) * g.oh + y) * g.ow + xo] = acc;
                 }
+                out[y * g.ow + xo] = acc;
             }
         }
+    };
+    if rayon::current_num_threads() > 1 && g.n * g.o > 1 {
+        out.par_chunks_mut(plane).enumerate().for_each(|(bf, o)| per_plane(bf, o));
+    } else {
+        out.chunks_mut(plane).enumerate().for_each(|(bf, o)| per_plane(bf, o));
     }
 }
 

@@ -2,6 +2,7 @@
 //! `rlx_ir::ops::elementwise`).
 
 use crate::buffer::{Args, Buffer, Class, Elem, Float, Num, out_mut};
+use crate::threads::par_chunks;
 use crate::with_class;
 use rlx_ir::shape::{broadcast_strides, numel};
 use rlx_ir::{BinaryOp, CompareOp, DType, Error, Result, Unary, i64_to_float_bits, round_to_float_dtype};
@@ -26,17 +27,31 @@ impl Broadcast {
     }
 
     /// Calls `f(out_index, operand_offsets)` for every output element in row-major order.
-    pub fn for_each(&self, mut f: impl FnMut(usize, [usize; 3])) {
-        let total = numel(&self.out_dims);
+    pub fn for_each(&self, f: impl FnMut(usize, [usize; 3])) {
+        self.for_range(0, numel(&self.out_dims), f)
+    }
+
+    /// `for_each` restricted to output elements `start..end`.
+    pub fn for_range(&self, start: usize, end: usize, mut f: impl FnMut(usize, [usize; 3])) {
         if self.same_shape {
-            (0..total).for_each(|i| f(i, [i; 3]));
+            (start..end).for_each(|i| f(i, [i; 3]));
             return;
         }
         let rank = self.out_dims.len();
         let stride = |k: usize, axis: usize| self.strides.get(k).map_or(0, |s| s[axis]);
+        // Odometer positioned at `start`.
         let mut index = vec![0usize; rank];
+        let mut rest = start;
+        for axis in (0..rank).rev() {
+            let d = self.out_dims[axis].max(1);
+            index[axis] = rest % d;
+            rest /= d;
+        }
         let mut offs = [0usize; 3];
-        for out in 0..total {
+        for (k, o) in offs.iter_mut().enumerate() {
+            *o = (0..rank).map(|axis| index[axis] * stride(k, axis)).sum();
+        }
+        for out in start..end {
             f(out, offs);
             // Odometer step: bump the last axis, carrying into earlier ones.
             for axis in (0..rank).rev() {
@@ -70,7 +85,9 @@ fn binary_typed<T: Num>(op: BinaryOp, bc: &Broadcast, a: &[T], b: &[T], out: &mu
         BinaryOp::Min => T::min_nan,
         BinaryOp::Pow => T::pow,
     };
-    bc.for_each(|i, o| out[i] = f(a[o[0]], b[o[1]]));
+    par_chunks(out, |start, chunk| {
+        bc.for_range(start, start + chunk.len(), |i, o| chunk[i - start] = f(a[o[0]], b[o[1]]))
+    });
     Ok(())
 }
 
@@ -125,7 +142,7 @@ fn unary_int<T: Num>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
 
 fn unary_float<T: Float>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
     let f = unary_fn::<T>(u);
-    out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+    par_chunks(out, |start, chunk| chunk.iter_mut().zip(&x[start..]).for_each(|(o, &v)| *o = f(v)));
     Ok(())
 }
 

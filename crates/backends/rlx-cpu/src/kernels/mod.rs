@@ -13,4 +13,5 @@ pub mod matmul;
 pub mod norm;
 pub mod reduce;
 pub mod rope;
+pub mod rows;
 pub mod softmax;

@@ -1,11 +1,23 @@
 //! Softmax and log-softmax along one axis (semantics in `rlx_ir::ops::softmax`).
 
 use super::reduce::AxisSplit;
+use super::rows;
 use crate::buffer::{Args, Buffer, Class, Float, out_mut};
+use crate::features::Arm;
+use crate::threads::par_rows;
 use crate::with_float;
 use rlx_ir::Result;
 
 pub fn softmax(split: &AxisSplit, log: bool, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+    if class == Class::F32 && split.inner == 1 {
+        // Contiguous rows: the multiversioned row kernels, arm chosen once per call.
+        let (x, out): (&[f32], &mut [f32]) = (ins.get(0)?, out_mut(out)?);
+        let (arm, len) = (Arm::best(), split.len);
+        par_rows(x, out, len, |x, o| {
+            if log { rows::log_softmax_rows(arm, x, o, len) } else { rows::softmax_rows(arm, x, o, len) }
+        });
+        return Ok(());
+    }
     with_float!(class, T => {
         softmax_typed::<T>(split, log, ins.get(0)?, out_mut(out)?);
         Ok(())
