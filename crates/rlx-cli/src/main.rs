@@ -2,6 +2,7 @@
 //! one-line reason on stderr.
 
 mod demo;
+mod info;
 mod inspect;
 mod run;
 
@@ -39,9 +40,12 @@ enum Command {
     },
     /// Build, compile and run a small MLP with embedded weights, checked against an f64 reference.
     Demo,
+    /// Print the CPU features found and the arm each kernel family uses.
+    Info,
 }
 
 fn main() -> ExitCode {
+    restore_default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Inspect { graph } => inspect::inspect(&graph),
         Command::Run { graph, inputs, params, out } => run::run(&graph, &inputs, &params, out.as_deref()),
         Command::Demo => demo::demo(),
+        Command::Info => info::info(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,4 +79,21 @@ fn main() -> ExitCode {
 fn load_graph(path: &std::path::Path) -> rlx::Result<rlx::prelude::Graph> {
     let text = std::fs::read_to_string(path).map_err(|e| rlx::Error::io(format!("{}: {e}", path.display())))?;
     rlx::prelude::Graph::from_json(&text).map_err(|e| e.context(path.display()))
+}
+
+/// `rlx info | head` should end quietly like any Unix tool: Rust ignores SIGPIPE, which
+/// turns a closed pipe into a panic inside `println!`; the default action exits instead.
+fn restore_default_sigpipe() {
+    #[cfg(unix)]
+    {
+        const SIGPIPE: i32 = 13; // Linux, macOS and the BSDs
+        const SIG_DFL: usize = 0;
+        unsafe extern "C" {
+            fn signal(signum: i32, handler: usize) -> usize;
+        }
+        // SAFETY: installing the default disposition for SIGPIPE has no preconditions.
+        unsafe {
+            signal(SIGPIPE, SIG_DFL);
+        }
+    }
 }

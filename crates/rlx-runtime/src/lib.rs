@@ -5,6 +5,12 @@
 //! positionally ordered tensors of exactly the declared types.
 
 pub mod backend;
+
+/// The CPU backend's host report (features, kernel arms), for `rlx info` and benches.
+pub mod cpu {
+    pub use rlx_cpu::features::{Arm, Features, features};
+    pub use rlx_cpu::kernel_arms;
+}
 mod options;
 mod session;
 

@@ -7,6 +7,7 @@
 //! runtime's `Session` or any other backend; the runtime adapts it to its backend trait.
 
 pub mod arch;
+pub mod blas;
 pub mod buffer;
 pub mod features;
 pub mod kernels;
@@ -15,3 +16,27 @@ pub mod threads;
 pub mod vmath;
 
 pub use program::{CpuProgram, Leaf};
+
+/// Which code path each kernel family takes on this host, for `rlx info`.
+pub fn kernel_arms() -> Vec<(&'static str, String)> {
+    let arm = features::Arm::best();
+    let f = features::features();
+    let gemm = if f.avx512f {
+        "gemm crate, AVX-512 micro-kernels (x86-v4)"
+    } else if f.has_avx2_fma() {
+        "gemm crate, AVX2+FMA micro-kernels"
+    } else {
+        "gemm crate, portable micro-kernels"
+    };
+    vec![
+        ("vmath (f32 unary functions)", arm.name().to_string()),
+        ("row kernels (softmax, norms, swiglu, bias_gelu)", arm.name().to_string()),
+        ("gemm f32/f64", gemm.to_string()),
+        ("integer matmul, f64 non-gemm ops", "portable loops".to_string()),
+        (
+            "openblas (bench anchor only)",
+            if blas::AVAILABLE { "linked" } else { "not found at build time" }.to_string(),
+        ),
+        ("threads (RLX_THREADS)", threads::default_threads().to_string()),
+    ]
+}

@@ -8,35 +8,10 @@
 #![allow(dead_code)]
 
 use rlx::prelude::*;
-use std::sync::OnceLock;
+pub use rlx_oracle::{Half, Rng, erf, erfc, round_half};
 
 pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 pub const INTS: [DType; 4] = [DType::I8, DType::I32, DType::I64, DType::U8];
-
-/// SplitMix64: deterministic, dependency-free.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [lo, hi).
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
-    }
-    /// Uniform integer in [lo, hi].
-    pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
-        let span = (hi as i128 - lo as i128 + 1) as u128;
-        (lo as i128 + (self.next_u64() as u128 % span) as i128) as i64
-    }
-}
 
 /// Range of an integer dtype.
 pub fn int_range(dtype: DType) -> (i64, i64) {
@@ -66,68 +41,12 @@ pub fn values(rng: &mut Rng, dtype: DType, n: usize, lo: f64, hi: f64) -> Vec<f6
         .collect()
 }
 
-/// The sorted finite values of a 16-bit float format, decoded bit pattern by pattern.
-fn table(dtype: DType) -> &'static [(f64, u16)] {
-    static F16: OnceLock<Vec<(f64, u16)>> = OnceLock::new();
-    static BF16: OnceLock<Vec<(f64, u16)>> = OnceLock::new();
-    let build = |decode: fn(u16) -> f64| {
-        let mut v: Vec<(f64, u16)> = (0..=u16::MAX).map(|b| (decode(b), b)).filter(|(x, _)| x.is_finite()).collect();
-        v.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
-        v.dedup_by(|a, b| a.0 == b.0); // +0 / -0
-        v
-    };
-    match dtype {
-        DType::F16 => F16.get_or_init(|| build(|b| decode_small_float(b, 5, 10))),
-        DType::BF16 => BF16.get_or_init(|| build(|b| decode_small_float(b, 8, 7))),
-        _ => unreachable!(),
-    }
-}
-
-/// Value of a 16-bit IEEE-style bit pattern with the given field widths.
-pub fn decode_small_float(bits: u16, exp_bits: u32, mant_bits: u32) -> f64 {
-    let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
-    let e = ((bits >> mant_bits) & ((1 << exp_bits) - 1)) as i32;
-    let m = (bits & ((1 << mant_bits) - 1)) as f64;
-    let bias = (1 << (exp_bits - 1)) - 1;
-    let scale = 2f64.powi(mant_bits as i32);
-    if e == (1 << exp_bits) - 1 {
-        return if m == 0.0 { sign * f64::INFINITY } else { f64::NAN };
-    }
-    if e == 0 {
-        return sign * m / scale * 2f64.powi(1 - bias);
-    }
-    sign * (1.0 + m / scale) * 2f64.powi(e - bias)
-}
-
-/// `x` rounded to nearest-even in `dtype`, by search (independent of RLX's converters).
+/// `x` rounded to nearest-even in `dtype` (f16/bf16 by search, in rlx-oracle).
 pub fn round_oracle(x: f64, dtype: DType) -> f64 {
     match dtype {
-        DType::F64 => x,
         DType::F32 => x as f32 as f64, // Rust's f64 -> f32 `as` is correctly rounded
-        DType::F16 | DType::BF16 => {
-            if !x.is_finite() {
-                return x;
-            }
-            let t = table(dtype);
-            let max = t[t.len() - 1].0;
-            // Overflow threshold: max + half an ulp of max rounds to infinity.
-            let prev = t[t.len() - 2].0;
-            let limit = max + (max - prev) / 2.0;
-            if x.abs() >= limit {
-                return if x > 0.0 { f64::INFINITY } else { f64::NEG_INFINITY };
-            }
-            let i = t.partition_point(|&(v, _)| v < x);
-            let cand: Vec<(f64, u16)> =
-                [i.checked_sub(1), Some(i)].into_iter().flatten().filter_map(|j| t.get(j).copied()).collect();
-            let best = cand
-                .iter()
-                .min_by(|a, b| {
-                    let (da, db) = ((a.0 - x).abs(), (b.0 - x).abs());
-                    da.partial_cmp(&db).unwrap().then((a.1 & 1).cmp(&(b.1 & 1)))
-                })
-                .unwrap();
-            if best.0 == 0.0 && x.is_sign_negative() { -0.0 } else { best.0 }
-        }
+        DType::F16 => round_half(x, Half::F16),
+        DType::BF16 => round_half(x, Half::BF16),
         _ => x,
     }
 }
@@ -242,47 +161,6 @@ pub fn min_subnormal(dtype: DType) -> f64 {
         DType::F32 => 2f64.powi(-149),
         _ => 2f64.powi(-1074),
     }
-}
-
-/// erf in f64, independent of libm: Taylor series for |x| <= 1.5, 1 - erfc beyond.
-pub fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    if x.abs() > 1.5 {
-        return x.signum() * (1.0 - erfc(x.abs()));
-    }
-    let mut term = x;
-    let mut sum = x;
-    for n in 1..400 {
-        term *= -x * x / n as f64;
-        let add = term / (2 * n + 1) as f64;
-        sum += add;
-        if add.abs() < 1e-18 * sum.abs() {
-            break;
-        }
-    }
-    sum * 2.0 / std::f64::consts::PI.sqrt()
-}
-
-/// erfc in f64 with full relative accuracy in the tail: Laplace's continued fraction
-/// for x >= 1.5 (measured against mpmath: < 4e-16 relative there), 1 - erf below.
-pub fn erfc(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    if x < 1.5 {
-        return if x <= -1.5 { 2.0 - erfc(-x) } else { 1.0 - erf(x) };
-    }
-    if x > 27.0 {
-        return 0.0;
-    }
-    // erfc(a) = exp(-a^2)/sqrt(pi) / (a + (1/2)/(a + 1/(a + (3/2)/(a + ...))))
-    let mut f = x;
-    for k in (1..400).rev() {
-        f = x + (k as f64 / 2.0) / f;
-    }
-    (-x * x).exp() / std::f64::consts::PI.sqrt() / f
 }
 
 /// Flat index into a tensor of `dims` read at output multi-index `out_index` under

@@ -1,0 +1,160 @@
+//! Every ISA arm of every multiversioned kernel against the portable arm (bit for bit)
+//! and against an f64 oracle; GEMM against an f64 oracle and, when linked, OpenBLAS.
+
+use rlx_cpu::features::Arm;
+use rlx_cpu::kernels::rows;
+use rlx_oracle::erfc;
+
+/// Deterministic values in [lo, hi).
+fn data(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut rng = rlx_oracle::Rng::new(seed);
+    (0..n).map(|_| rng.uniform(lo as f64, hi as f64) as f32).collect()
+}
+
+#[test]
+fn the_expected_arm_is_in_use() {
+    // Set by `cargo xtask qemu-test` (no AVX there): proves the portable arms are exercised.
+    if let Ok(want) = std::env::var("RLX_EXPECT_ARM") {
+        assert_eq!(Arm::best().name(), want);
+    }
+}
+
+/// Runs `f` under every arm the host has and checks all agree with the portable one bitwise.
+fn all_arms_agree(what: &str, f: impl Fn(Arm) -> Vec<f32>) -> Vec<f32> {
+    let portable = f(Arm::Portable);
+    for arm in Arm::available() {
+        let got = f(arm);
+        let same = got.iter().zip(&portable).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+        assert!(same && got.len() == portable.len(), "{what}: arm {} differs from portable", arm.name());
+    }
+    portable
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f64) {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_nan() { g.is_nan() } else { (g as f64 - w).abs() <= tol(i) };
+        assert!(ok, "{what}[{i}]: got {g:e}, want {w:e}");
+    }
+}
+
+#[test]
+fn softmax_and_norm_rows_on_every_arm() {
+    const U: f64 = 5.96e-8; // f32 unit roundoff
+    for len in [1usize, 3, 15, 16, 17, 100, 1000] {
+        let rows_n = 5;
+        let mut x = data(rows_n * len, len as u64, -20.0, 20.0);
+        if len > 3 {
+            x[len + 2] = f32::NAN; // row 1 carries a NaN
+        }
+        let g = data(len, 7, 0.5, 1.5);
+        let b = data(len, 8, -1.0, 1.0);
+        let sm = all_arms_agree("softmax_rows", |arm| {
+            let mut o = vec![0.0; x.len()];
+            rows::softmax_rows(arm, &x, &mut o, len);
+            o
+        });
+        let lsm = all_arms_agree("log_softmax_rows", |arm| {
+            let mut o = vec![0.0; x.len()];
+            rows::log_softmax_rows(arm, &x, &mut o, len);
+            o
+        });
+        let ln = all_arms_agree("layer_norm_rows", |arm| {
+            let mut o = vec![0.0; x.len()];
+            rows::layer_norm_rows(arm, &x, &mut o, len, 1e-5, Some(&g), Some(&b));
+            o
+        });
+        let rn = all_arms_agree("rms_norm_rows", |arm| {
+            let mut o = vec![0.0; x.len()];
+            rows::rms_norm_rows(arm, &x, &mut o, len, 1e-5, Some(&g));
+            o
+        });
+        for r in 0..rows_n {
+            let row: Vec<f64> = x[r * len..(r + 1) * len].iter().map(|&v| v as f64).collect();
+            let has_nan = row.iter().any(|v| v.is_nan());
+            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+            let nan_or = |v: f64| if has_nan { f64::NAN } else { v };
+            let want_sm: Vec<f64> = row.iter().map(|v| nan_or((v - m).exp() / s)).collect();
+            let want_lsm: Vec<f64> = row.iter().map(|v| nan_or(v - m - s.ln())).collect();
+            let mean = row.iter().sum::<f64>() / len as f64;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len as f64;
+            let ms = row.iter().map(|v| v * v).sum::<f64>() / len as f64;
+            let want_ln: Vec<f64> =
+                (0..len).map(|j| (row[j] - mean) / (var + 1e-5).sqrt() * g[j] as f64 + b[j] as f64).collect();
+            let want_rn: Vec<f64> = (0..len).map(|j| row[j] / (ms + 1e-5).sqrt() * g[j] as f64).collect();
+            let at = r * len;
+            let k = len as f64 + 16.0;
+            // exp's argument x - max carries |x - max| u of error into a relative error.
+            assert_close("softmax", &sm[at..at + len], &want_sm, |j| {
+                want_sm[j].abs() * U * (k + 40.0 + (row[j] - m).abs())
+            });
+            assert_close("log_softmax", &lsm[at..at + len], &want_lsm, |_| U * (k + 80.0));
+            assert_close("layer_norm", &ln[at..at + len], &want_ln, |_| U * k * 8.0);
+            assert_close("rms_norm", &rn[at..at + len], &want_rn, |_| U * k * 8.0);
+        }
+    }
+}
+
+#[test]
+fn fused_activation_rows_on_every_arm() {
+    const U: f64 = 5.96e-8;
+    for n in [1usize, 7, 16, 33, 1000] {
+        let gate = data(n, 1, -12.0, 12.0);
+        let up = data(n, 2, -3.0, 3.0);
+        let sw = all_arms_agree("swiglu_rows", |arm| {
+            let mut o = vec![0.0; n];
+            rows::swiglu_rows(arm, &gate, &up, &mut o);
+            o
+        });
+        let want: Vec<f64> =
+            gate.iter().zip(&up).map(|(&g, &u)| u as f64 * g as f64 / (1.0 + (-(g as f64)).exp())).collect();
+        // silu's relative error (a few u from exp and one division), times |up|.
+        assert_close("swiglu", &sw, &want, |i| 16.0 * U * want[i].abs() + 1e-38);
+        let len = n.max(1);
+        let bias = data(len, 3, -1.0, 1.0);
+        let bg = all_arms_agree("bias_gelu_rows", |arm| {
+            let mut o = vec![0.0; n];
+            rows::bias_gelu_rows(arm, &gate, &bias, &mut o, len);
+            o
+        });
+        let want: Vec<f64> = gate
+            .iter()
+            .enumerate()
+            .map(|(i, &g)| {
+                let z = g as f64 + bias[i % len] as f64;
+                0.5 * z * erfc(-z / std::f64::consts::SQRT_2)
+            })
+            .collect();
+        // gelu's own error plus the rounding of z = x + bias (|gelu'| <= 1.13) carried through.
+        let z = |i: usize| (gate[i] + bias[i % len]).abs() as f64;
+        assert_close("bias_gelu", &bg, &want, |i| 16.0 * U * want[i].abs() + 4.0 * U * z(i) + 1e-38);
+    }
+}
+
+#[test]
+fn gemm_matches_f64_and_openblas() {
+    use rlx_cpu::kernels::matmul::Gemm;
+    for (m, k, n) in [(1, 1, 1), (1, 300, 77), (37, 1000, 13), (64, 64, 64), (129, 65, 257), (5, 0, 3)] {
+        let a = data(m * k, 11, -1.0, 1.0);
+        let b = data(k * n, 12, -1.0, 1.0);
+        let mut c = vec![f32::NAN; m * n];
+        f32::gemm(m, k, n, &a, &b, &mut c, 1);
+        let mut want = vec![0f64; m * n];
+        let mut mag = vec![0f64; m * n];
+        for i in 0..m {
+            for p in 0..k {
+                for j in 0..n {
+                    let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+                    want[i * n + j] += t;
+                    mag[i * n + j] += t.abs();
+                }
+            }
+        }
+        assert_close("gemm vs f64", &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
+        let mut blas = vec![0f32; m * n];
+        if rlx_cpu::blas::sgemm(m, k, n, &a, &b, &mut blas, 1) {
+            let blas64: Vec<f64> = blas.iter().map(|&v| v as f64).collect();
+            assert_close("gemm vs openblas", &c, &blas64, |i| 2.0 * (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
+        }
+    }
+}
