@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, every crate's tests and doc tests.
+# The whole test suite: formatting, lints, every crate's tests and doc tests, the ISA
+# portability gate and the CPU suite on an emulated pre-AVX Atom.
 # README.md's test command and CI (.ci/run) both run exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The suite needs only the Rust toolchain (cargo, rustfmt, clippy) for now; later
-# capabilities install their tools here (apt-get update first).
 command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }
+
+# System tools the suite uses: objdump (ISA gate), qemu-user (pre-AVX run), OpenBLAS
+# (an outside GEMM oracle; optional to build, installed here so its tests run).
+need=()
+command -v objdump >/dev/null || need+=(binutils)
+command -v qemu-x86_64 >/dev/null || need+=(qemu-user)
+ldconfig -p 2>/dev/null | grep -q libopenblas || need+=(libopenblas-dev)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+        echo "tools/test.sh needs: ${need[*]} (apt-get install them, or run as root)" >&2
+        exit 1
+    fi
+fi
 
 start=$(date +%s)
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+cargo xtask check-isa
+cargo xtask qemu-test
 echo "tools/test.sh: all green in $(( $(date +%s) - start )) s"

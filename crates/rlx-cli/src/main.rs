@@ -1,6 +1,7 @@
 //! `rlx`: inspect, run and demo RLX graphs. Every failure exits non-zero with a
 //! one-line reason on stderr.
 
+mod bench;
 mod demo;
 mod info;
 mod inspect;
@@ -42,6 +43,12 @@ enum Command {
     Demo,
     /// Print the CPU features found and the arm each kernel family uses.
     Info,
+    /// Measure kernels against their anchors (glibc, NumPy, OpenBLAS, FMA peak) in one run.
+    Bench {
+        /// What to measure: `kernels`.
+        #[arg(default_value = "kernels")]
+        what: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -65,6 +72,7 @@ fn main() -> ExitCode {
         Command::Run { graph, inputs, params, out } => run::run(&graph, &inputs, &params, out.as_deref()),
         Command::Demo => demo::demo(),
         Command::Info => info::info(),
+        Command::Bench { what } => bench::bench(&what),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,7 +25,7 @@ pub fn save_npy(path: impl AsRef<Path>, t: &HostTensor) -> Result<()> {
 /// The `.npy` encoding (version 1.0) of `t`.
 pub fn npy_bytes(t: &HostTensor) -> Vec<u8> {
     let (descr, data) = match t.dtype() {
-        DType::BF16 => ("<f4", t.to_f32_vec().iter().flat_map(|v| v.to_le_bytes()).collect()),
+        DType::BF16 => ("<f4", rlx_ir::encode_le(&t.to_f32_vec(), f32::to_le_bytes)),
         d => (descr_of(d), t.bytes().to_vec()),
     };
     let shape = match t.dims() {

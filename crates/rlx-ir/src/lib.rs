@@ -23,4 +23,4 @@ pub use json::{FORMAT_NAME, FORMAT_VERSION, base64_decode, base64_encode};
 pub use ops::{
     AttentionMask, BinaryOp, CompareOp, Conv2dParams, F32Attr, MaskKind, Op, PoolParams, ReduceOp, RopeStyle, Unary,
 };
-pub use tensor::{HostTensor, encode_f64, i64_to_float_bits};
+pub use tensor::{HostTensor, encode_f64, encode_le, i64_to_float_bits};

@@ -16,17 +16,17 @@ pub struct HostTensor {
 impl HostTensor {
     pub fn from_f32(dims: &[usize], values: &[f32]) -> Result<HostTensor> {
         check_len("from_f32", dims, values.len())?;
-        Ok(HostTensor::raw(DType::F32, dims, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+        Ok(HostTensor::raw(DType::F32, dims, encode_le(values, |v| v.to_le_bytes())))
     }
 
     pub fn from_f64(dims: &[usize], values: &[f64]) -> Result<HostTensor> {
         check_len("from_f64", dims, values.len())?;
-        Ok(HostTensor::raw(DType::F64, dims, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+        Ok(HostTensor::raw(DType::F64, dims, encode_le(values, |v| v.to_le_bytes())))
     }
 
     pub fn from_i64(dims: &[usize], values: &[i64]) -> Result<HostTensor> {
         check_len("from_i64", dims, values.len())?;
-        Ok(HostTensor::raw(DType::I64, dims, values.iter().flat_map(|v| v.to_le_bytes()).collect()))
+        Ok(HostTensor::raw(DType::I64, dims, encode_le(values, |v| v.to_le_bytes())))
     }
 
     /// Takes `bytes` as the little-endian encoding of `dims` elements of `dtype`.
@@ -52,6 +52,17 @@ impl HostTensor {
     /// targets take only values they represent exactly (1.5 or 300 for u8 is an error).
     pub fn from_f32_as(dtype: DType, dims: &[usize], values: &[f32]) -> Result<HostTensor> {
         check_len("from_f32_as", dims, values.len())?;
+        // Float targets cannot fail: convert in one pass.
+        let bytes = match dtype {
+            DType::F32 => Some(encode_le(values, f32::to_le_bytes)),
+            DType::F64 => Some(encode_le(values, |v| (v as f64).to_le_bytes())),
+            DType::F16 => Some(encode_le(values, |v| crate::f32_to_f16(v).to_le_bytes())),
+            DType::BF16 => Some(encode_le(values, |v| crate::f32_to_bf16(v).to_le_bytes())),
+            _ => None,
+        };
+        if let Some(bytes) = bytes {
+            return Ok(HostTensor::raw(dtype, dims, bytes));
+        }
         let mut bytes = Vec::with_capacity(values.len() * dtype.size_bytes());
         for (i, &v) in values.iter().enumerate() {
             encode_f64(dtype, v as f64, &mut bytes)
@@ -142,6 +153,16 @@ impl HostTensor {
             a
         })
     }
+}
+
+/// Little-endian bytes of `values`, `N` each. (A flat_map over `to_le_bytes` does not
+/// vectorize; this loop is a plain copy on little-endian hosts.)
+pub fn encode_le<T: Copy, const N: usize>(values: &[T], encode: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    let mut out = vec![0u8; values.len() * N];
+    for (dst, &v) in out.chunks_exact_mut(N).zip(values) {
+        dst.copy_from_slice(&encode(v));
+    }
+    out
 }
 
 fn check_len(what: &str, dims: &[usize], got: usize) -> Result<()> {

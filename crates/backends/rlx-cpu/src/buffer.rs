@@ -5,7 +5,7 @@
 //! `program::Step::round_to`), and the boundary converts by value. So a kernel never
 //! reads a half tensor as packed 2-byte words, and element counts always come from shapes.
 
-use rlx_ir::{DType, Error, HostTensor, Result, f32_to_bf16, f32_to_f16};
+use rlx_ir::{DType, Error, HostTensor, Result, encode_le, f32_to_bf16, f32_to_f16};
 
 /// The storage class of a buffer: what Rust type its elements are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,13 +98,13 @@ impl Buffer {
     /// The buffer as a host tensor of `dtype` (`dtype`'s class must be this buffer's).
     pub fn to_host(&self, dtype: DType, dims: &[usize]) -> Result<HostTensor> {
         let bytes: Vec<u8> = match (self, dtype) {
-            (Buffer::F32(v), DType::F32) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            (Buffer::F32(v), DType::F16) => v.iter().flat_map(|&x| f32_to_f16(x).to_le_bytes()).collect(),
-            (Buffer::F32(v), DType::BF16) => v.iter().flat_map(|&x| f32_to_bf16(x).to_le_bytes()).collect(),
-            (Buffer::F64(v), DType::F64) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            (Buffer::F32(v), DType::F32) => encode_le(v, f32::to_le_bytes),
+            (Buffer::F32(v), DType::F16) => encode_le(v, |x| f32_to_f16(x).to_le_bytes()),
+            (Buffer::F32(v), DType::BF16) => encode_le(v, |x| f32_to_bf16(x).to_le_bytes()),
+            (Buffer::F64(v), DType::F64) => encode_le(v, f64::to_le_bytes),
             (Buffer::I8(v), DType::I8) => v.iter().map(|&x| x as u8).collect(),
-            (Buffer::I32(v), DType::I32) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            (Buffer::I64(v), DType::I64) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            (Buffer::I32(v), DType::I32) => encode_le(v, i32::to_le_bytes),
+            (Buffer::I64(v), DType::I64) => encode_le(v, i64::to_le_bytes),
             (Buffer::U8(v), DType::U8 | DType::Bool) => v.clone(),
             (_, d) => return Err(Error::internal(format!("to_host: {d} from a mismatched buffer"))),
         };

@@ -1,0 +1,274 @@
+//! The kernel benchmark suite behind `rlx bench kernels` and `cargo bench -p rlx-cpu`:
+//! each kernel timed next to its anchors in the same run, with the ratio printed.
+//!
+//! Anchors: glibc's scalar libm loop (what an f32 `exp()` per element costs), NumPy's
+//! float32 ufuncs (vectorized SIMD math; spawned via python3 when numpy is present),
+//! OpenBLAS sgemm (when linked) and the machine's FMA peak measured here.
+
+use crate::features::Arm;
+use crate::kernels::{matmul::Gemm, rows};
+use crate::vmath;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// One measured kernel and its anchors.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub name: String,
+    /// "Melem/s" or "GFLOP/s".
+    pub unit: &'static str,
+    pub ours: f64,
+    pub anchors: Vec<Anchor>,
+}
+
+/// A reference rate, and the ratio ours / anchor the project aims for.
+#[derive(Clone, Debug)]
+pub struct Anchor {
+    pub name: String,
+    pub value: Option<f64>,
+    pub goal: Option<f64>,
+}
+
+impl Anchor {
+    fn new(name: &str, value: Option<f64>, goal: Option<f64>) -> Anchor {
+        Anchor { name: name.to_string(), value, goal }
+    }
+}
+
+/// Seconds per call of `f`: the best of several runs of at least 30 ms each.
+pub fn seconds_per_call(mut f: impl FnMut()) -> f64 {
+    f(); // warm caches and pools
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let (mut calls, start) = (0u32, Instant::now());
+        while start.elapsed() < Duration::from_millis(30) {
+            f();
+            calls += 1;
+        }
+        best = best.min(start.elapsed().as_secs_f64() / calls as f64);
+    }
+    best
+}
+
+/// Peak single-thread f32 FMA rate in GFLOP/s: independent FMA chains in the widest
+/// vector unit the host has (mul + add where it has no FMA).
+pub fn fma_peak_gflops() -> f64 {
+    const ITERS: usize = 1 << 16;
+    let (lanes, run): (f64, fn(usize) -> f32) = peak_kernel();
+    let secs = seconds_per_call(|| {
+        black_box(run(black_box(ITERS)));
+    });
+    (ITERS * CHAINS) as f64 * lanes * 2.0 / secs / 1e9
+}
+
+const CHAINS: usize = 12;
+
+fn peak_kernel() -> (f64, fn(usize) -> f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = crate::features::features();
+        if f.avx512f {
+            // SAFETY: AVX-512F detected.
+            return (16.0, |n| unsafe { peak_avx512(n) });
+        }
+        if f.has_avx2_fma() {
+            // SAFETY: AVX2 and FMA detected.
+            return (8.0, |n| unsafe { peak_avx2(n) });
+        }
+    }
+    (4.0, peak_portable)
+}
+
+fn peak_portable(iters: usize) -> f32 {
+    let mut acc = [[0f32; 4]; CHAINS];
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            for v in a.iter_mut() {
+                *v = *v * 0.999_999 + 1e-7;
+            }
+        }
+    }
+    acc.iter().flatten().sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn peak_avx2(iters: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let (m, c) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+    let mut acc = [_mm256_setzero_ps(); CHAINS];
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            *a = _mm256_fmadd_ps(*a, m, c);
+        }
+    }
+    let mut out = [0f32; 8];
+    let total = acc.iter().fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a));
+    // SAFETY: `out` holds 8 f32.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), total) };
+    out.iter().sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn peak_avx512(iters: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let (m, c) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+    let mut acc = [_mm512_setzero_ps(); CHAINS];
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            *a = _mm512_fmadd_ps(*a, m, c);
+        }
+    }
+    _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a)))
+}
+
+/// NumPy float32 ufunc rates (Melem/s) over `n` elements, or None without python3+numpy.
+pub fn numpy_rates(functions: &[&str], n: usize) -> Option<Vec<f64>> {
+    let script = format!(
+        "import numpy as np, timeit\n\
+         x = (np.random.default_rng(0).random({n}, dtype=np.float32) * 4 + 0.1).astype(np.float32)\n\
+         o = np.empty_like(x)\n\
+         for f in {functions:?}:\n\
+         \x20   fn = getattr(np, f)\n\
+         \x20   t = min(timeit.repeat(lambda: fn(x, out=o), number=20, repeat=5)) / 20\n\
+         \x20   print({n} / t / 1e6)\n"
+    );
+    let out = std::process::Command::new("python3").args(["-c", &script]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let rates: Vec<f64> = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect();
+    (rates.len() == functions.len()).then_some(rates)
+}
+
+/// Melem/s of `kernel` over `x`.
+fn melems(x: &[f32], mut kernel: impl FnMut(&[f32], &mut [f32])) -> f64 {
+    let mut out = vec![0f32; x.len()];
+    let secs = seconds_per_call(|| kernel(black_box(x), black_box(&mut out)));
+    x.len() as f64 / secs / 1e6
+}
+
+/// The vmath functions the suite measures: (name, NumPy name, our slice kernel, libm scalar).
+type VmathEntry = (&'static str, &'static str, fn(Arm, &[f32], &mut [f32]), fn(f32) -> f32);
+
+const VMATH: &[VmathEntry] = &[("exp", "exp", vmath::exp_slice, f32::exp)];
+
+/// Runs the whole suite on one thread (plus the 2-thread GEMM row) and returns its rows.
+pub fn kernel_suite(sgemm_graph: &dyn Fn(usize, usize) -> f64) -> Vec<Row> {
+    let arm = Arm::best();
+    let n = 1 << 20;
+    let x: Vec<f32> = (0..n).map(|i| ((i % 4093) as f32 / 4093.0) * 4.0 + 0.1).collect();
+    let numpy = numpy_rates(&VMATH.iter().map(|v| v.1).collect::<Vec<_>>(), n);
+    let mut table = Vec::new();
+    for (i, &(name, _, ours, libm)) in VMATH.iter().enumerate() {
+        let rate = melems(&x, |x, o| ours(arm, x, o));
+        let scalar = melems(&x, |x, o| o.iter_mut().zip(x).for_each(|(o, &v)| *o = libm(v)));
+        table.push(Row {
+            name: format!("vmath {name} ({})", arm.name()),
+            unit: "Melem/s",
+            ours: rate,
+            anchors: vec![
+                Anchor::new("glibc scalar", Some(scalar), None),
+                Anchor::new("NumPy f32", numpy.as_ref().map(|r| r[i]), Some(1.0)),
+            ],
+        });
+    }
+
+    // SwiGLU: up * silu(gate), against a scalar libm loop.
+    let up: Vec<f32> = x.iter().map(|v| v - 2.0).collect();
+    let mut out = vec![0f32; n];
+    let ours = n as f64 / seconds_per_call(|| rows::swiglu_rows(arm, black_box(&x), &up, &mut out)) / 1e6;
+    let scalar = n as f64
+        / seconds_per_call(|| {
+            for ((o, &g), &u) in out.iter_mut().zip(black_box(&x)).zip(&up) {
+                *o = u * g / (1.0 + (-g).exp());
+            }
+        })
+        / 1e6;
+    table.push(Row {
+        name: format!("swiglu ({})", arm.name()),
+        unit: "Melem/s",
+        ours,
+        anchors: vec![Anchor::new("scalar libm loop", Some(scalar), Some(3.0))],
+    });
+
+    // Softmax over 1024 rows of 1024.
+    let len = 1024;
+    let ours = n as f64 / seconds_per_call(|| rows::softmax_rows(arm, black_box(&x), &mut out, len)) / 1e6;
+    let scalar = n as f64
+        / seconds_per_call(|| {
+            for (row, o) in black_box(&x).chunks_exact(len).zip(out.chunks_exact_mut(len)) {
+                let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let mut s = 0.0;
+                for (o, &v) in o.iter_mut().zip(row) {
+                    *o = (v - m).exp();
+                    s += *o;
+                }
+                o.iter_mut().for_each(|v| *v /= s);
+            }
+        })
+        / 1e6;
+    table.push(Row {
+        name: format!("softmax rows 1024 ({})", arm.name()),
+        unit: "Melem/s",
+        ours,
+        anchors: vec![Anchor::new("scalar libm loop", Some(scalar), Some(2.5))],
+    });
+
+    // SGEMM 1024^3 through a compiled graph.
+    let dim = 1024;
+    let one = sgemm_graph(dim, 1);
+    let a: Vec<f32> = (0..dim * dim).map(|i| (i % 17) as f32 * 0.01).collect();
+    let mut c = vec![0f32; dim * dim];
+    let flops = 2.0 * (dim as f64).powi(3);
+    let blas = crate::blas::AVAILABLE.then(|| {
+        flops
+            / seconds_per_call(|| {
+                crate::blas::sgemm(dim, dim, dim, &a, &a, &mut c, 1);
+            })
+            / 1e9
+    });
+    let gemm_crate = flops / seconds_per_call(|| f32::gemm(dim, dim, dim, &a, &a, &mut c, 1)) / 1e9;
+    table.push(Row {
+        name: "sgemm 1024^3, 1 thread, compiled graph".into(),
+        unit: "GFLOP/s",
+        ours: one,
+        anchors: vec![
+            Anchor::new("OpenBLAS 1 thread", blas, Some(1.05)),
+            Anchor::new("FMA peak", Some(fma_peak_gflops()), Some(0.85)),
+            Anchor::new("gemm crate direct", Some(gemm_crate), None),
+        ],
+    });
+    let two = sgemm_graph(dim, 2);
+    table.push(Row {
+        name: "sgemm 1024^3, 2 threads, compiled graph".into(),
+        unit: "GFLOP/s",
+        ours: two,
+        anchors: vec![Anchor::new("rlx 1 thread", Some(one), Some(1.8))],
+    });
+    table
+}
+
+/// The suite as a text table: rate, each anchor, the ratio and whether it meets the goal.
+pub fn render(rows: &[Row]) -> String {
+    let mut s = format!("{:<42} {:>10} {:<26} {:>10} {:>7}  goal\n", "kernel", "rate", "anchor", "anchor", "ratio");
+    for r in rows {
+        for (i, a) in r.anchors.iter().enumerate() {
+            let (name, rate) =
+                if i == 0 { (r.name.as_str(), format!("{:.0} {}", r.ours, r.unit)) } else { ("", String::new()) };
+            let (value, ratio, goal) = match a.value {
+                Some(v) => {
+                    let ratio = r.ours / v;
+                    let verdict = a
+                        .goal
+                        .map_or(String::new(), |g| format!(">= {g:.2}x {}", if ratio >= g { "met" } else { "MISSED" }));
+                    (format!("{v:.0}"), format!("{ratio:.2}x"), verdict)
+                }
+                None => ("n/a".into(), "-".into(), a.goal.map_or(String::new(), |g| format!(">= {g:.2}x (no anchor)"))),
+            };
+            s.push_str(&format!("{name:<42} {rate:>10} {:<26} {value:>10} {ratio:>7}  {goal}\n", a.name));
+        }
+    }
+    s
+}
