@@ -149,6 +149,27 @@ fn melems(x: &[f32], mut kernel: impl FnMut(&[f32], &mut [f32])) -> f64 {
     x.len() as f64 / secs / 1e6
 }
 
+/// GFLOP/s of a `[dim, dim] x [dim, dim]` matmul graph compiled for `threads` workers.
+pub fn sgemm_program_gflops(dim: usize, threads: usize) -> rlx_ir::Result<f64> {
+    use rlx_ir::{DType, Graph, HostTensor};
+    let mut g = Graph::new("sgemm");
+    let a = g.input("a", DType::F32, &[dim, dim])?;
+    let b = g.param("b", DType::F32, &[dim, dim])?;
+    let c = g.matmul(a, b)?;
+    g.set_outputs(&[c])?;
+    let mut program = crate::CpuProgram::compile(&g, threads)?;
+    let values: Vec<f32> = (0..dim * dim).map(|i| (i % 17) as f32 * 0.01).collect();
+    let t = HostTensor::from_f32(&[dim, dim], &values)?;
+    program.set_param(0, &t)?;
+    let mut failed = None;
+    let secs = seconds_per_call(|| {
+        if let Err(e) = program.run(&[&t]) {
+            failed = Some(e);
+        }
+    });
+    failed.map_or(Ok(2.0 * (dim as f64).powi(3) / secs / 1e9), Err)
+}
+
 /// The vmath functions the suite measures: (name, NumPy name, our slice kernel, libm scalar).
 type VmathEntry = (&'static str, &'static str, fn(Arm, &[f32], &mut [f32]), fn(f32) -> f32);
 

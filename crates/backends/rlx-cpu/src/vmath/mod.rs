@@ -33,3 +33,6 @@ multiversion! {
         }
     }
 }
+
+/// Every slice kernel, by name (benchmarks and tests iterate this).
+pub const SLICE_FUNCTIONS: &[(&str, fn(crate::arch::Arm, &[f32], &mut [f32]))] = &[("exp", exp_slice)];
