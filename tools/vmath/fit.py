@@ -124,7 +124,7 @@ def fit_log(ncoef=3):
     return fit_f32(z, tgt, w, ncoef)
 
 
-def fit_sin(ncoef=4):
+def fit_sin(ncoef=3):
     z = cheb_nodes(0.0, 0.7854 ** 2, N)
     tgt = mpmap(lambda zz: (mp.sin(mp.sqrt(zz)) / mp.sqrt(zz) - 1) / zz, z)
     w = z * np.sqrt(z)                                      # absolute error
@@ -145,7 +145,7 @@ def fit_tan(ncoef=7):
     return fit_f32(z, tgt, w, ncoef)
 
 
-def fit_atan(ncoef=6):
+def fit_atan(ncoef=5):
     z = cheb_nodes(0.0, 0.41425 ** 2, N)
     tgt = mpmap(lambda zz: (mp.atan(mp.sqrt(zz)) / mp.sqrt(zz) - 1) / zz, z)
     w = mpmap(lambda zz: zz * mp.sqrt(zz) / mp.atan(mp.sqrt(zz)), z)  # relative
@@ -155,7 +155,7 @@ def fit_atan(ncoef=6):
 TANH_CUT = 0.625
 
 
-def fit_tanh(ncoef=6, cut=None):
+def fit_tanh(ncoef=5, cut=None):
     cut = TANH_CUT if cut is None else cut
     z = cheb_nodes(0.0, cut ** 2, N)
     tgt = mpmap(lambda zz: (mp.tanh(mp.sqrt(zz)) / mp.sqrt(zz) - 1) / zz, z)
@@ -163,11 +163,13 @@ def fit_tanh(ncoef=6, cut=None):
     return fit_f32(z, tgt, w, ncoef)
 
 
-ERF_CUT = 0.75
+ERF_CUT = 1.0      # erf polynomial used on [0, 1)
+ERFC_CUT = 0.75    # erfc = exp*G used on [0.75, 10.5] (erf uses it from 1.0)
+ERFC_K = 1.0
 G_YMAX = 10.6
 
 
-def fit_erf(ncoef=6, cut=None):
+def fit_erf(ncoef=7, cut=None):
     cut = ERF_CUT if cut is None else cut
     # erf(x) = x + x*E(z), E(0) = 2/sqrt(pi) - 1 ; relative error weight
     z = cheb_nodes(0.0, cut ** 2, N)
@@ -176,17 +178,17 @@ def fit_erf(ncoef=6, cut=None):
     return fit_f32(z, tgt, w, ncoef)
 
 
-def fit_erfc_g(ncoef=9, cut=None):
-    # erfc(y) = exp(-y^2) * G(t),  t = 2/(2+y),  y in [cut, G_YMAX]
-    cut = ERF_CUT if cut is None else cut
-    t0, t1 = 2 / (2 + G_YMAX), 2 / (2 + cut)
+def fit_erfc_g(ncoef=10, cut=None, k=None):
+    # erfc(y) = exp(-y^2) * t * H(t),  t = K/(K+y),  y in [cut, G_YMAX]
+    cut = ERFC_CUT if cut is None else cut
+    k = ERFC_K if k is None else k
+    t0, t1 = k / (k + G_YMAX), k / (k + cut)
     t = cheb_nodes(t0 * 0.999, t1 * 1.0005, N)
     def g(tt):
-        y = 2 / tt - 2
+        y = k / tt - k
         return mp.exp(y * y) * mp.erfc(y)
     tgt = mpmap(g, t)
-    w = 1 / tgt                                             # relative
-    return fit_f32(t, tgt, w, ncoef)
+    return fit_f32(t, tgt / t, t / tgt, ncoef)             # relative error of G
 
 
 FITS = {

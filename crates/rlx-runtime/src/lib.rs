@@ -11,10 +11,9 @@ pub mod cpu {
     pub use rlx_cpu::features::{Arm, Features, features};
     pub use rlx_cpu::{bench, kernel_arms};
 }
-mod options;
 mod session;
 
-pub use options::{CompileOptions, PrecisionPolicy};
+pub use rlx_compile::{CompileOptions, PrecisionPolicy};
 pub use session::{Boundary, CompiledGraph, Session};
 
 use std::sync::OnceLock;

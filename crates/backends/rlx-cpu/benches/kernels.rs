@@ -20,13 +20,17 @@ fn main() {
     for &(name, kernel) in vmath::SLICE_FUNCTIONS {
         g.bench_function(name, |b| b.iter(|| kernel(arm, black_box(&x), &mut out)));
     }
-    g.bench_function("exp (glibc scalar)", |b| b.iter(|| out.iter_mut().zip(black_box(&x)).for_each(|(o, v)| *o = v.exp())));
+    g.bench_function("exp (glibc scalar)", |b| {
+        b.iter(|| out.iter_mut().zip(black_box(&x)).for_each(|(o, v)| *o = v.exp()))
+    });
     g.finish();
 
     let mut g = c.benchmark_group("rows");
     g.throughput(Throughput::Elements(n as u64));
     g.bench_function("softmax 1024", |b| b.iter(|| rows::softmax_rows(arm, black_box(&x), &mut out, 1024)));
-    g.bench_function("layer_norm 1024", |b| b.iter(|| rows::layer_norm_rows(arm, black_box(&x), &mut out, 1024, 1e-5, None, None)));
+    g.bench_function("layer_norm 1024", |b| {
+        b.iter(|| rows::layer_norm_rows(arm, black_box(&x), &mut out, 1024, 1e-5, None, None))
+    });
     g.bench_function("swiglu", |b| b.iter(|| rows::swiglu_rows(arm, black_box(&x), &x, &mut out)));
     g.finish();
 
@@ -35,7 +39,9 @@ fn main() {
     g.throughput(Throughput::Elements(2 * (dim * dim * dim) as u64));
     let a: Vec<f32> = x[..dim * dim].to_vec();
     let mut cm = vec![0f32; dim * dim];
-    g.bench_function("512^3 (gemm crate, 1 thread)", |b| b.iter(|| f32::gemm(dim, dim, dim, black_box(&a), &a, &mut cm, 1)));
+    g.bench_function("512^3 (gemm crate, 1 thread)", |b| {
+        b.iter(|| f32::gemm(dim, dim, dim, black_box(&a), &a, &mut cm, 1))
+    });
     g.finish();
     c.final_summary();
 

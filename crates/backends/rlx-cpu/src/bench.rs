@@ -157,7 +157,7 @@ pub fn sgemm_program_gflops(dim: usize, threads: usize) -> rlx_ir::Result<f64> {
     let b = g.param("b", DType::F32, &[dim, dim])?;
     let c = g.matmul(a, b)?;
     g.set_outputs(&[c])?;
-    let mut program = crate::CpuProgram::compile(&g, threads)?;
+    let mut program = crate::CpuProgram::compile(&g, &rlx_compile::CompileOptions::default(), threads)?;
     let values: Vec<f32> = (0..dim * dim).map(|i| (i % 17) as f32 * 0.01).collect();
     let t = HostTensor::from_f32(&[dim, dim], &values)?;
     program.set_param(0, &t)?;

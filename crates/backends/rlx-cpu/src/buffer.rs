@@ -1,13 +1,8 @@
-//! Typed storage for one tensor, and the element traits kernels are generic over.
-//!
-//! f16 and bf16 tensors live WIDENED in f32 buffers whose values are always representable
-//! in the declared format: every kernel writing one rounds on store (see
-//! `program::Step::round_to`), and the boundary converts by value. So a kernel never
-//! reads a half tensor as packed 2-byte words, and element counts always come from shapes.
+//! Storage classes and the element traits kernels are generic over.
 
-use rlx_ir::{DType, Error, HostTensor, Result, encode_le, f32_to_bf16, f32_to_f16};
+use rlx_ir::{DType, Error, Result};
 
-/// The storage class of a buffer: what Rust type its elements are.
+/// The storage class of a tensor in the arena: what Rust type its elements are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
     F32,
@@ -19,129 +14,55 @@ pub enum Class {
 }
 
 impl Class {
-    /// F16/BF16 widen to F32; Bool is stored as U8 (0 or 1).
-    pub fn of(dtype: DType) -> Class {
-        match dtype {
-            DType::F32 | DType::F16 | DType::BF16 => Class::F32,
-            DType::F64 => Class::F64,
-            DType::I8 => Class::I8,
-            DType::I32 => Class::I32,
-            DType::I64 => Class::I64,
-            DType::U8 | DType::Bool => Class::U8,
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub enum Buffer {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I8(Vec<i8>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-    U8(Vec<u8>),
-}
-
-impl Default for Buffer {
-    fn default() -> Self {
-        Buffer::U8(Vec::new())
-    }
-}
-
-impl Buffer {
-    pub fn zeros(dtype: DType, len: usize) -> Buffer {
-        match Class::of(dtype) {
-            Class::F32 => Buffer::F32(vec![0.0; len]),
-            Class::F64 => Buffer::F64(vec![0.0; len]),
-            Class::I8 => Buffer::I8(vec![0; len]),
-            Class::I32 => Buffer::I32(vec![0; len]),
-            Class::I64 => Buffer::I64(vec![0; len]),
-            Class::U8 => Buffer::U8(vec![0; len]),
-        }
+    /// The class holding `dtype` at `elem_bytes` per element (the width policy's answer):
+    /// f16/bf16 widened to 4 bytes live in f32; bool is u8 (0 or 1). Packed 2-byte halves
+    /// have no class here yet: the CPU's policy widens them.
+    pub fn for_storage(dtype: DType, elem_bytes: usize) -> Result<Class> {
+        Ok(match (dtype, elem_bytes) {
+            (DType::F32, 4) | (DType::F16 | DType::BF16, 4) => Class::F32,
+            (DType::F64, 8) => Class::F64,
+            (DType::I8, 1) => Class::I8,
+            (DType::I32, 4) => Class::I32,
+            (DType::I64, 8) => Class::I64,
+            (DType::U8 | DType::Bool, 1) => Class::U8,
+            (d, b) => {
+                return Err(Error::unsupported(format!("the CPU backend cannot store {d} at {b} bytes per element")));
+            }
+        })
     }
 
-    pub fn len(&self) -> usize {
+    pub fn size_bytes(self) -> usize {
         match self {
-            Buffer::F32(v) => v.len(),
-            Buffer::F64(v) => v.len(),
-            Buffer::I8(v) => v.len(),
-            Buffer::I32(v) => v.len(),
-            Buffer::I64(v) => v.len(),
-            Buffer::U8(v) => v.len(),
+            Class::F64 | Class::I64 => 8,
+            Class::F32 | Class::I32 => 4,
+            Class::I8 | Class::U8 => 1,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Overwrites this buffer (of `t`'s dtype class and length) with `t`'s values.
-    pub fn load(&mut self, t: &HostTensor) -> Result<()> {
-        let b = t.bytes();
-        if self.len() != t.len() {
-            return Err(Error::internal(format!("load: buffer of {} for a tensor of {}", self.len(), t.len())));
-        }
-        match (self, t.dtype()) {
-            (Buffer::F32(v), DType::F32) => fill(v, b, f32::from_le_bytes),
-            (Buffer::F32(v), DType::F16) => fill(v, b, |c| half::f16::from_le_bytes(c).to_f32()),
-            (Buffer::F32(v), DType::BF16) => fill(v, b, |c| half::bf16::from_le_bytes(c).to_f32()),
-            (Buffer::F64(v), DType::F64) => fill(v, b, f64::from_le_bytes),
-            (Buffer::I8(v), DType::I8) => fill(v, b, i8::from_le_bytes),
-            (Buffer::I32(v), DType::I32) => fill(v, b, i32::from_le_bytes),
-            (Buffer::I64(v), DType::I64) => fill(v, b, i64::from_le_bytes),
-            (Buffer::U8(v), DType::U8 | DType::Bool) => v.copy_from_slice(b),
-            (_, d) => return Err(Error::internal(format!("load: {d} tensor into a mismatched buffer"))),
-        }
-        Ok(())
-    }
-
-    /// The buffer as a host tensor of `dtype` (`dtype`'s class must be this buffer's).
-    pub fn to_host(&self, dtype: DType, dims: &[usize]) -> Result<HostTensor> {
-        let bytes: Vec<u8> = match (self, dtype) {
-            (Buffer::F32(v), DType::F32) => encode_le(v, f32::to_le_bytes),
-            (Buffer::F32(v), DType::F16) => encode_le(v, |x| f32_to_f16(x).to_le_bytes()),
-            (Buffer::F32(v), DType::BF16) => encode_le(v, |x| f32_to_bf16(x).to_le_bytes()),
-            (Buffer::F64(v), DType::F64) => encode_le(v, f64::to_le_bytes),
-            (Buffer::I8(v), DType::I8) => v.iter().map(|&x| x as u8).collect(),
-            (Buffer::I32(v), DType::I32) => encode_le(v, i32::to_le_bytes),
-            (Buffer::I64(v), DType::I64) => encode_le(v, i64::to_le_bytes),
-            (Buffer::U8(v), DType::U8 | DType::Bool) => v.clone(),
-            (_, d) => return Err(Error::internal(format!("to_host: {d} from a mismatched buffer"))),
-        };
-        HostTensor::from_bytes(dtype, dims, bytes)
     }
 }
 
-fn fill<T, const N: usize>(dst: &mut [T], src: &[u8], decode: impl Fn([u8; N]) -> T) {
-    for (d, c) in dst.iter_mut().zip(src.chunks_exact(N)) {
-        *d = decode(c.try_into().expect("chunks_exact yields N bytes"));
-    }
-}
-
-/// An element type a buffer can hold.
+/// An element type a storage class holds.
 pub trait Elem: Copy + Default + PartialOrd + Send + Sync + std::fmt::Debug + 'static {
-    fn slice(b: &Buffer) -> Option<&[Self]>;
-    fn slice_mut(b: &mut Buffer) -> Option<&mut [Self]>;
+    const CLASS: Class;
 }
 
-macro_rules! impl_elem {
-    ($t:ty, $v:ident) => {
-        impl Elem for $t {
-            fn slice(b: &Buffer) -> Option<&[Self]> {
-                if let Buffer::$v(v) = b { Some(v) } else { None }
-            }
-            fn slice_mut(b: &mut Buffer) -> Option<&mut [Self]> {
-                if let Buffer::$v(v) = b { Some(v) } else { None }
-            }
-        }
-    };
+impl Elem for f32 {
+    const CLASS: Class = Class::F32;
 }
-impl_elem!(f32, F32);
-impl_elem!(f64, F64);
-impl_elem!(i8, I8);
-impl_elem!(i32, I32);
-impl_elem!(i64, I64);
-impl_elem!(u8, U8);
+impl Elem for f64 {
+    const CLASS: Class = Class::F64;
+}
+impl Elem for i8 {
+    const CLASS: Class = Class::I8;
+}
+impl Elem for i32 {
+    const CLASS: Class = Class::I32;
+}
+impl Elem for i64 {
+    const CLASS: Class = Class::I64;
+}
+impl Elem for u8 {
+    const CLASS: Class = Class::U8;
+}
 
 /// Arithmetic with the IR's semantics: IEEE for floats, wrapping for integers,
 /// `x / 0 = 0` for integers, NaN-propagating max/min.
@@ -160,6 +81,13 @@ pub trait Num: Elem {
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
     fn to_i64(self) -> i64;
+    /// A float value converted to this storage holding dtype `to`: narrower floats round
+    /// to nearest even once; integers truncate and saturate (NaN -> 0, Rust's `as`); bool
+    /// is `x != 0`.
+    fn from_float(v: f64, to: DType) -> Self;
+    /// An integer converted to this storage holding `to`: floats correctly rounded (one
+    /// rounding even for i64 -> bf16), integers wrap, bool is `x != 0`.
+    fn from_int(v: i64, to: DType) -> Self;
     /// max/min that return NaN when either side is NaN.
     fn max_nan(self, o: Self) -> Self {
         if self.is_nan() || o.is_nan() {
@@ -214,6 +142,12 @@ macro_rules! impl_num_float {
             }
             fn to_i64(self) -> i64 {
                 self as i64
+            }
+            fn from_float(v: f64, to: DType) -> Self {
+                rlx_ir::round_to_float_dtype(v, to) as $t
+            }
+            fn from_int(v: i64, to: DType) -> Self {
+                rlx_ir::i64_to_float_bits(to, v) as $t
             }
         }
     };
@@ -279,6 +213,12 @@ macro_rules! impl_num_int {
             }
             fn to_i64(self) -> i64 {
                 self as i64
+            }
+            fn from_float(v: f64, to: DType) -> Self {
+                if to == DType::Bool { (v != 0.0) as $t } else { v as $t }
+            }
+            fn from_int(v: i64, to: DType) -> Self {
+                if to == DType::Bool { (v != 0) as $t } else { v as $t }
             }
         }
     };
@@ -370,41 +310,6 @@ macro_rules! impl_float {
 impl_float!(f32, libm::erff, libm::erfcf);
 impl_float!(f64, libm::erf, libm::erfc);
 
-/// A step's operands: indices into the program's buffers, in the op's operand order.
-#[derive(Clone, Copy)]
-pub struct Args<'a> {
-    pub bufs: &'a [Buffer],
-    pub ids: &'a [usize],
-}
-
-impl<'a> Args<'a> {
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    /// Operand `i`'s buffer.
-    pub fn buf(&self, i: usize) -> Result<&'a Buffer> {
-        self.ids
-            .get(i)
-            .and_then(|&id| self.bufs.get(id))
-            .ok_or_else(|| Error::internal(format!("operand {i} of {} is missing", self.ids.len())))
-    }
-
-    /// Operand `i` as a typed slice (types were checked at compile, so a mismatch is a bug).
-    pub fn get<T: Elem>(&self, i: usize) -> Result<&'a [T]> {
-        T::slice(self.buf(i)?)
-            .ok_or_else(|| Error::internal(format!("operand {i} is not {} storage", std::any::type_name::<T>())))
-    }
-}
-
-pub fn out_mut<T: Elem>(b: &mut Buffer) -> Result<&mut [T]> {
-    T::slice_mut(b).ok_or_else(|| Error::internal(format!("output buffer is not {}", std::any::type_name::<T>())))
-}
-
 /// Runs `$body` with `$T` bound to the Rust type of storage class `$class`.
 #[macro_export]
 macro_rules! with_class {
@@ -454,15 +359,4 @@ macro_rules! with_float {
             other => Err(rlx_ir::Error::internal(format!("float kernel on {other:?} storage"))),
         }
     };
-}
-
-/// Reads element `i` of an integer buffer as i64 (index operands of gather, rope, ...).
-pub fn index_at(b: &Buffer, i: usize) -> Option<i64> {
-    match b {
-        Buffer::I8(v) => v.get(i).map(|&x| x as i64),
-        Buffer::I32(v) => v.get(i).map(|&x| x as i64),
-        Buffer::I64(v) => v.get(i).copied(),
-        Buffer::U8(v) => v.get(i).map(|&x| x as i64),
-        _ => None,
-    }
 }

@@ -7,6 +7,7 @@
 //! runtime's `Session` or any other backend; the runtime adapts it to its backend trait.
 
 pub mod arch;
+pub mod arena;
 pub mod bench;
 pub mod blas;
 pub mod buffer;

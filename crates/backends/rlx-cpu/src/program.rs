@@ -1,13 +1,19 @@
-//! Compiles a graph into a flat list of steps, each a kernel call with its plan resolved
-//! (broadcast strides, matmul batches, conv geometry, ...), and runs it. `run` does no
-//! graph work and allocates nothing but the host tensors it returns.
+//! Compiles a graph into thunks over one arena and runs them.
+//!
+//! `compile` runs the compiler (`rlx_compile`: passes, fusion, memory plan), then resolves
+//! every step into a thunk: its kernel with the plan fixed (strides, batch offsets, conv
+//! geometry, region program) and its operands as arena slots. `run` copies the inputs in,
+//! walks the thunks and copies the outputs out: no graph work, and no allocation but the
+//! host tensors it returns (region and attention scratch is per worker thread, grown once).
 
-use crate::buffer::{Args, Buffer, Class};
+use crate::arena::{Arena, Args, Out, TSlot};
+use crate::buffer::Class;
 use crate::kernels::{
-    attention, conv, elementwise, elementwise::Broadcast, gather, kv_cache, layout, loss, matmul, norm, reduce,
-    reduce::AxisSplit, rope, softmax,
+    attention, conv, elementwise, elementwise::Broadcast, fused, gather, kv_cache, layout, loss, matmul, norm, reduce,
+    reduce::AxisSplit, region, rope, softmax,
 };
 use rayon::ThreadPool;
+use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueKind};
 use rlx_ir::shape::{fmt_type, numel};
 use rlx_ir::{BinaryOp, CompareOp, DType, Error, Graph, HostTensor, MaskKind, Op, Result, Unary};
 use std::sync::Arc;
@@ -19,7 +25,7 @@ enum Kernel {
     Compare(CompareOp, Broadcast),
     Where(Broadcast),
     Unary(Unary),
-    Cast { from: DType },
+    Cast { from: DType, to: DType },
     MatMul(matmul::MatMulPlan),
     Reduce(reduce::ReducePlan),
     ArgMax(AxisSplit),
@@ -35,90 +41,126 @@ enum Kernel {
     Attention(attention::AttentionPlan),
     Rope(rope::RopePlan),
     KvAppend(kv_cache::KvAppendPlan),
+    Region(region::RegionPlan),
+    MatMulBias { plan: matmul::MatMulPlan, act: Option<Unary> },
+    SwiGlu,
+    SwiGluMatMul(matmul::MatMulPlan),
+    AddNorm { rms: bool, eps: f32, len: usize, gamma: bool, beta: bool },
+    RmsNormMulSilu { eps: f32, len: usize, gamma: bool },
+    L2Norm { eps: f32, rsqrt: bool, len: usize },
 }
 
+/// One kernel call: the kernel and its operands' places in the arena.
 #[derive(Clone, Debug)]
-struct Step {
-    node: usize,
-    operands: Vec<usize>,
+struct Thunk {
     kernel: Kernel,
+    ins: Vec<TSlot>,
+    /// Outputs, then temps.
+    outs: Vec<TSlot>,
+    /// dtype of each output (f16/bf16 results are rounded to it on store).
+    out_dtypes: Vec<DType>,
     /// Storage class the kernel is instantiated for (its main operand's).
     class: Class,
-    /// The node's dtype: f16/bf16 results are rounded to it on store.
-    dtype: DType,
+    /// The output overwrites an input (the planner proved that input dead here).
+    in_place: bool,
+    /// What this thunk computes, for error messages.
+    label: String,
 }
 
-/// A named boundary tensor (input or param) and its node.
+/// A named boundary tensor (input or param) and its place in the arena.
 #[derive(Clone, Debug)]
 pub struct Leaf {
     pub name: String,
-    pub node: usize,
+    /// None when nothing reads it: it stays part of the interface but takes no bytes.
+    pub slot: Option<TSlot>,
     pub dtype: DType,
     pub dims: Vec<usize>,
 }
 
 /// A graph compiled for the CPU.
-#[derive(Clone)]
 pub struct CpuProgram {
-    types: Vec<(DType, Vec<usize>)>,
-    buffers: Vec<Buffer>,
-    steps: Vec<Step>,
+    arena: Arena,
+    thunks: Vec<Thunk>,
     inputs: Vec<Leaf>,
     params: Vec<Leaf>,
     param_set: Vec<bool>,
-    outputs: Vec<usize>,
+    outputs: Vec<(TSlot, DType, Vec<usize>)>,
     threads: usize,
     pool: Arc<ThreadPool>,
+    compiled: Compiled,
 }
 
 impl CpuProgram {
-    /// Verifies `graph` and resolves every node to a kernel call with its own buffer,
-    /// planned for `threads` workers.
-    pub fn compile(graph: &Graph, threads: usize) -> Result<CpuProgram> {
-        graph.verify()?;
+    /// Compiles `graph` with `options` for `threads` workers.
+    pub fn compile(graph: &Graph, options: &CompileOptions, threads: usize) -> Result<CpuProgram> {
+        let compiled = rlx_compile::compile(graph, &Target::CPU, options)?;
         let threads = threads.max(1);
-        let mut program = CpuProgram {
-            types: Vec::with_capacity(graph.len()),
-            buffers: Vec::with_capacity(graph.len()),
-            steps: Vec::new(),
-            inputs: Vec::new(),
-            params: Vec::new(),
-            param_set: Vec::new(),
-            outputs: graph.outputs().iter().map(|o| o.index()).collect(),
+        let (schedule, plan) = (&compiled.schedule, &compiled.plan);
+        let slot = |v: usize| -> Result<TSlot> {
+            let value = &schedule.values[v];
+            let s =
+                plan.slots[v].ok_or_else(|| Error::internal(format!("{} has no arena slot", schedule.describe(v))))?;
+            Ok(TSlot { offset: s.offset, len: value.numel(), class: Class::for_storage(value.dtype, s.elem_bytes)? })
+        };
+        let mut arena = Arena::new(plan.arena_bytes);
+        let (mut inputs, mut params) = (Vec::new(), Vec::new());
+        for (v, value) in schedule.values.iter().enumerate() {
+            if plan.slots[v].is_none() {
+                continue;
+            }
+            let leaf = |name: &str| -> Result<Leaf> {
+                Ok(Leaf { name: name.to_string(), slot: Some(slot(v)?), dtype: value.dtype, dims: value.dims.clone() })
+            };
+            match &value.kind {
+                ValueKind::Input { .. } => inputs.push(leaf(leaf_name(&value.label))?),
+                ValueKind::Param { .. } => params.push(leaf(leaf_name(&value.label))?),
+                ValueKind::Constant(t) => arena.write_host(slot(v)?, t)?,
+                ValueKind::Intermediate => {}
+            }
+        }
+        // Inputs and params appear in graph order in the schedule; an unread one has no slot
+        // but stays part of the interface.
+        let inputs = interface(schedule, &schedule.inputs, inputs);
+        let params = interface(schedule, &schedule.params, params);
+        let mut thunks = Vec::new();
+        for (i, step) in schedule.steps.iter().enumerate() {
+            if plan.views[i] {
+                continue;
+            }
+            let ins: Vec<TSlot> = step.inputs.iter().map(|&v| slot(v)).collect::<Result<_>>()?;
+            let outs: Vec<TSlot> = step.outputs.iter().chain(&step.temps).map(|&v| slot(v)).collect::<Result<_>>()?;
+            let in_dims: Vec<(DType, &[usize])> =
+                step.inputs.iter().map(|&v| (schedule.values[v].dtype, schedule.values[v].dims.as_slice())).collect();
+            let out_value = &schedule.values[step.outputs[0]];
+            let kernel =
+                resolve(&step.kernel, &in_dims, &out_value.dims, threads, || schedule.describe(step.inputs[0]))?;
+            let main = if matches!(step.kernel, StepKernel::Op(Op::Where)) { 1 } else { 0 };
+            thunks.push(Thunk {
+                kernel,
+                class: ins.get(main).map_or(outs[0].class, |s| s.class),
+                ins,
+                outs,
+                out_dtypes: step.outputs.iter().map(|&v| schedule.values[v].dtype).collect(),
+                in_place: plan.in_place.iter().any(|&(s, _)| s == i),
+                label: format!("{} -> {}", step.kernel.name(), schedule.describe(step.outputs[0])),
+            });
+        }
+        let outputs = schedule
+            .outputs
+            .iter()
+            .map(|&v| Ok((slot(v)?, schedule.values[v].dtype, schedule.values[v].dims.clone())))
+            .collect::<Result<_>>()?;
+        Ok(CpuProgram {
+            arena,
+            thunks,
+            param_set: vec![false; params.len()],
+            inputs,
+            params,
+            outputs,
             threads,
             pool: crate::threads::pool(threads)?,
-        };
-        for (id, node) in graph.nodes() {
-            let (dtype, dims) = (node.dtype(), node.dims().to_vec());
-            let mut buffer = Buffer::zeros(dtype, numel(&dims));
-            let leaf = |name: &str| Leaf { name: name.to_string(), node: id.index(), dtype, dims: dims.clone() };
-            match node.op() {
-                Op::Input { name } => program.inputs.push(leaf(name)),
-                Op::Param { name } => {
-                    program.params.push(leaf(name));
-                    program.param_set.push(false);
-                }
-                Op::Constant { value } => buffer.load(value)?,
-                op => {
-                    let ins: Vec<(DType, &[usize])> =
-                        node.inputs().iter().map(|&i| (graph.dtype(i), graph.dims(i))).collect();
-                    let kernel = plan(op, &ins, &dims, threads, || graph.describe(node.inputs()[0]))?;
-                    // Kernels are instantiated for their main operand's storage
-                    // (`where`'s first operand is the bool condition).
-                    let class = Class::of(if matches!(op, Op::Where) { ins[1].0 } else { ins[0].0 });
-                    program.steps.push(Step {
-                        node: id.index(),
-                        operands: node.inputs().iter().map(|i| i.index()).collect(),
-                        kernel,
-                        class,
-                        dtype,
-                    });
-                }
-            }
-            program.types.push((dtype, dims));
-            program.buffers.push(buffer);
-        }
-        Ok(program)
+            compiled,
+        })
     }
 
     /// Inputs in graph order.
@@ -131,11 +173,33 @@ impl CpuProgram {
         &self.params
     }
 
+    /// Workers this program was planned for.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Bytes of the one arena this program runs in.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.len()
+    }
+
+    /// Kernel calls per run.
+    pub fn dispatches(&self) -> usize {
+        self.thunks.len()
+    }
+
+    /// The compiler's output this program was built from (schedule, plan, log).
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
     /// Sets param `index` (in [`CpuProgram::params`] order); the tensor has its declared type.
     pub fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
         check_type(leaf, value)?;
-        self.buffers[leaf.node].load(value)?;
+        if let Some(slot) = leaf.slot {
+            self.arena.write_host(slot, value)?;
+        }
         self.param_set[index] = true;
         Ok(())
     }
@@ -155,37 +219,53 @@ impl CpuProgram {
         }
         for (leaf, value) in self.inputs.iter().zip(inputs) {
             check_type(leaf, value)?;
-            self.buffers[leaf.node].load(value)?;
+            if let Some(slot) = leaf.slot {
+                self.arena.write_host(slot, value)?;
+            }
         }
         let pool = self.pool.clone();
-        pool.install(|| self.execute_steps())?;
-        self.outputs
-            .iter()
-            .map(|&o| {
-                let (dtype, dims) = &self.types[o];
-                self.buffers[o].to_host(*dtype, dims)
-            })
-            .collect()
+        let (thunks, arena) = (&self.thunks, &mut self.arena);
+        pool.install(|| execute_all(thunks, arena))?;
+        self.outputs.iter().map(|(slot, dtype, dims)| self.arena.read_host(*slot, *dtype, dims)).collect()
     }
 }
 
-impl CpuProgram {
-    /// Workers this program was planned for.
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
+/// The leaves in `ids`'s order; a leaf nothing reads has no slot.
+fn interface(s: &rlx_compile::Schedule, ids: &[usize], placed: Vec<Leaf>) -> Vec<Leaf> {
+    ids.iter()
+        .map(|&v| {
+            let value = &s.values[v];
+            let name = leaf_name(&value.label);
+            placed.iter().find(|l| l.name == name).cloned().unwrap_or_else(|| Leaf {
+                name: name.to_string(),
+                slot: None,
+                dtype: value.dtype,
+                dims: value.dims.clone(),
+            })
+        })
+        .collect()
+}
 
-    fn execute_steps(&mut self) -> Result<()> {
-        for step in &self.steps {
-            let mut out = std::mem::take(&mut self.buffers[step.node]);
-            let args = Args { bufs: &self.buffers, ids: &step.operands };
-            let result = execute(step, &args, &mut out);
-            elementwise::round_in_place(step.dtype, &mut out);
-            self.buffers[step.node] = out;
-            result.map_err(|e| e.context(format!("node %{} ({})", step.node, kernel_name(&step.kernel))))?;
+/// `input 'x'` -> `x`.
+fn leaf_name(label: &str) -> &str {
+    label.split('\'').nth(1).unwrap_or(label)
+}
+
+fn execute_all(thunks: &[Thunk], arena: &mut Arena) -> Result<()> {
+    let base = arena.base();
+    for t in thunks {
+        // SAFETY: the slots come from a plan `check_plan` verified: inside the arena, and
+        // the outputs disjoint from the inputs unless `in_place`, where the kernel uses raw
+        // pointers for the aliased pair.
+        let (ins, mut out) = unsafe { (Args::new(base, &t.ins, &t.outs), Out::new(base, &t.outs)) };
+        execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?;
+        for (k, &dtype) in t.out_dtypes.iter().enumerate() {
+            if dtype.is_half() {
+                elementwise::round_in_place(dtype, out.get::<f32>(k)?);
+            }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 fn check_type(leaf: &Leaf, value: &HostTensor) -> Result<()> {
@@ -200,29 +280,35 @@ fn check_type(leaf: &Leaf, value: &HostTensor) -> Result<()> {
     Ok(())
 }
 
-fn kernel_name(k: &Kernel) -> &'static str {
-    match k {
-        Kernel::Binary(op, _) => op.name(),
-        Kernel::Compare(op, _) => op.name(),
-        Kernel::Where(_) => "where",
-        Kernel::Unary(u) => u.name(),
-        Kernel::Cast { .. } => "cast",
-        Kernel::MatMul(_) => "matmul",
-        Kernel::Reduce(_) => "reduce",
-        Kernel::ArgMax(_) => "argmax",
-        Kernel::Softmax { .. } => "softmax",
-        Kernel::Norm(_) => "norm",
-        Kernel::Copy => "reshape",
-        Kernel::Strided(_) => "strided copy",
-        Kernel::Concat(_) => "concat",
-        Kernel::Gather(_) => "gather",
-        Kernel::CrossEntropy { .. } => "cross_entropy",
-        Kernel::Conv2d { .. } => "conv2d",
-        Kernel::Pool { .. } => "pool",
-        Kernel::Attention(_) => "attention",
-        Kernel::Rope(_) => "rope",
-        Kernel::KvAppend(_) => "kv_append",
-    }
+/// Resolves a step's kernel into a thunk kernel with its plan.
+fn resolve(
+    kernel: &StepKernel,
+    ins: &[(DType, &[usize])],
+    out: &[usize],
+    threads: usize,
+    first_operand: impl Fn() -> String,
+) -> Result<Kernel> {
+    let dims = |i: usize| ins[i].1;
+    let last = |i: usize| *dims(i).last().unwrap_or(&0);
+    Ok(match kernel {
+        StepKernel::Op(op) => plan(op, ins, out, threads, first_operand)?,
+        StepKernel::Region(r) => {
+            let input_dims: Vec<&[usize]> = ins.iter().map(|(_, d)| *d).collect();
+            Kernel::Region(region::RegionPlan::new(r, out, &input_dims))
+        }
+        StepKernel::MatMulBias { act } => {
+            Kernel::MatMulBias { plan: matmul::MatMulPlan::new(dims(0), dims(1), out, threads), act: *act }
+        }
+        StepKernel::SwiGlu => Kernel::SwiGlu,
+        StepKernel::SwiGluMatMul => Kernel::SwiGluMatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, threads)),
+        StepKernel::AddNorm { rms, eps, gamma, beta, .. } => {
+            Kernel::AddNorm { rms: *rms, eps: eps.0, len: last(0), gamma: *gamma, beta: *beta }
+        }
+        StepKernel::RmsNormMulSilu { eps, gamma, .. } => {
+            Kernel::RmsNormMulSilu { eps: eps.0, len: last(0), gamma: *gamma }
+        }
+        StepKernel::L2Norm { eps, rsqrt, .. } => Kernel::L2Norm { eps: eps.0, rsqrt: *rsqrt, len: last(0) },
+    })
 }
 
 /// Resolves one non-leaf node to its kernel and plan. `first_operand` describes operand 0
@@ -244,7 +330,7 @@ fn plan(
         Op::Compare(c) => Kernel::Compare(*c, Broadcast::new(out, &all_dims())),
         Op::Where => Kernel::Where(Broadcast::new(out, &all_dims())),
         Op::Unary(u) => Kernel::Unary(*u),
-        Op::Cast { .. } => Kernel::Cast { from: ins[0].0 },
+        Op::Cast { to } => Kernel::Cast { from: ins[0].0, to: *to },
         Op::MatMul => Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, threads)),
         Op::Reduce { op, axes, .. } => Kernel::Reduce(reduce::ReducePlan::new(*op, dims(0), axes)),
         Op::ArgMax { axis, .. } => Kernel::ArgMax(AxisSplit::new(dims(0), *axis)),
@@ -252,14 +338,14 @@ fn plan(
         Op::LogSoftmax { axis } => Kernel::Softmax { split: AxisSplit::new(dims(0), *axis), log: true },
         Op::LayerNorm { eps, gamma, beta } => Kernel::Norm(norm::NormPlan {
             rms: false,
-            row_len: *out.last().unwrap_or(&0),
+            row_len: *dims(0).last().unwrap_or(&0),
             eps: eps.0,
             gamma: *gamma,
             beta: *beta,
         }),
         Op::RmsNorm { eps, gamma } => Kernel::Norm(norm::NormPlan {
             rms: true,
-            row_len: *out.last().unwrap_or(&0),
+            row_len: *dims(0).last().unwrap_or(&0),
             eps: eps.0,
             gamma: *gamma,
             beta: false,
@@ -306,14 +392,14 @@ fn plan(
     })
 }
 
-fn execute(step: &Step, ins: &Args, out: &mut Buffer) -> Result<()> {
-    let class = step.class;
-    match &step.kernel {
+fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
+    let class = t.class;
+    match &t.kernel {
         Kernel::Binary(op, bc) => elementwise::binary(*op, class, bc, ins, out),
         Kernel::Compare(op, bc) => elementwise::compare(*op, class, bc, ins, out),
         Kernel::Where(bc) => elementwise::where_(class, bc, ins, out),
         Kernel::Unary(u) => elementwise::unary(*u, class, ins, out),
-        Kernel::Cast { from } => elementwise::cast(*from, step.dtype, ins.buf(0)?, out),
+        Kernel::Cast { from, to } => elementwise::cast(*from, *to, ins, out),
         Kernel::MatMul(p) => matmul::matmul(p, class, ins, out),
         Kernel::Reduce(p) => reduce::reduce(p, class, ins, out),
         Kernel::ArgMax(s) => reduce::argmax(s, class, ins, out),
@@ -328,6 +414,13 @@ fn execute(step: &Step, ins: &Args, out: &mut Buffer) -> Result<()> {
         Kernel::Pool { geometry, avg } => conv::pool(geometry, *avg, class, ins, out),
         Kernel::Attention(p) => attention::attention(p, class, ins, out),
         Kernel::Rope(p) => rope::rope(p, class, ins, out),
-        Kernel::KvAppend(p) => kv_cache::kv_append(p, class, ins, out),
+        Kernel::KvAppend(p) => kv_cache::kv_append(p, class, t.in_place, ins, out),
+        Kernel::Region(p) => region::region(p, ins, out),
+        Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, ins, out),
+        Kernel::SwiGlu => fused::swiglu(ins, out),
+        Kernel::SwiGluMatMul(p) => fused::swiglu_matmul(p, ins, out),
+        Kernel::AddNorm { rms, eps, len, gamma, beta } => fused::add_norm(*rms, *eps, *len, *gamma, *beta, ins, out),
+        Kernel::RmsNormMulSilu { eps, len, gamma } => fused::rms_norm_mul_silu(*eps, *len, *gamma, ins, out),
+        Kernel::L2Norm { eps, rsqrt, len } => fused::l2_norm(*eps, *rsqrt, *len, ins, out),
     }
 }

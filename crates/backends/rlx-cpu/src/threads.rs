@@ -36,16 +36,27 @@ pub fn pool(n: usize) -> Result<Arc<ThreadPool>> {
 /// (128 KiB, L2-resident) costs more in wake-ups than it saves.
 pub const MIN_PARALLEL_ELEMS: usize = 1 << 15;
 
-/// Runs `f` over groups of whole rows (`len` elements each) of `x` and `out` in parallel
-/// on the current pool; each row is computed exactly as on one thread.
-pub fn par_rows(x: &[f32], out: &mut [f32], len: usize, f: impl Fn(&[f32], &mut [f32]) + Sync) {
+/// Runs `f(start, x_rows, out_rows)` over groups of whole rows (`len` elements each) of
+/// `x` and `out` in parallel on the current pool; each row is computed exactly as on one
+/// thread. `start` is the group's first element.
+pub fn par_rows(x: &[f32], out: &mut [f32], len: usize, f: impl Fn(usize, &[f32], &mut [f32]) + Sync) {
     use rayon::prelude::*;
     if len == 0 || out.len() < MIN_PARALLEL_ELEMS || rayon::current_num_threads() == 1 {
-        return f(x, out);
+        return f(0, x, out);
     }
     // Enough rows per task that each moves >= 16K elements.
     let chunk = (MIN_PARALLEL_ELEMS / 2).div_ceil(len) * len;
-    out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).for_each(|(o, x)| f(x, o));
+    out.par_chunks_mut(chunk).zip(x.par_chunks(chunk)).enumerate().for_each(|(i, (o, x))| f(i * chunk, x, o));
+}
+
+/// Runs `f` over groups of whole rows of `out` in parallel (in-place row kernels).
+pub fn par_rows_mut(out: &mut [f32], len: usize, f: impl Fn(&mut [f32]) + Sync) {
+    use rayon::prelude::*;
+    if len == 0 || out.len() < MIN_PARALLEL_ELEMS || rayon::current_num_threads() == 1 {
+        return f(out);
+    }
+    let chunk = (MIN_PARALLEL_ELEMS / 2).div_ceil(len) * len;
+    out.par_chunks_mut(chunk).for_each(&f);
 }
 
 /// Runs `f(start, out_chunk)` over chunks of `out` in parallel (elementwise kernels).

@@ -20,7 +20,7 @@ impl Backend for CpuBackend {
             )));
         }
         let threads = options.threads.unwrap_or_else(rlx_cpu::threads::default_threads);
-        Ok(Box::new(CpuProgram::compile(graph, threads)?))
+        Ok(Box::new(CpuProgram::compile(graph, options, threads)?))
     }
 }
 

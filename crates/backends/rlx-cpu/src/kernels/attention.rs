@@ -1,6 +1,7 @@
 //! Scaled dot-product attention with GQA (semantics in `rlx_ir::ops::attention`).
 
-use crate::buffer::{Args, Buffer, Class, Float, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::{Class, Float};
 use crate::with_float;
 use rayon::prelude::*;
 use rlx_ir::Result;
@@ -46,7 +47,7 @@ impl AttentionPlan {
     }
 }
 
-pub fn attention(p: &AttentionPlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn attention(p: &AttentionPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     with_float!(class, T => {
         let bias: Option<&[T]> = if p.bias_strides.is_some() { Some(ins.get(3)?) } else { None };
         attention_typed::<T>(p, ins.get(0)?, ins.get(1)?, ins.get(2)?, bias, out_mut(out)?);

@@ -1,6 +1,7 @@
 //! Direct NCHW convolution and pooling (semantics in `rlx_ir::ops::conv`).
 
-use crate::buffer::{Args, Buffer, Class, Float, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::{Class, Float};
 use crate::with_float;
 use rayon::prelude::*;
 use rlx_ir::{Conv2dParams, PoolParams, Result};
@@ -66,7 +67,7 @@ impl Geometry {
     }
 }
 
-pub fn conv2d(g: &Geometry, groups: usize, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn conv2d(g: &Geometry, groups: usize, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     with_float!(class, T => {
         let bias: Option<&[T]> = if ins.len() > 2 { Some(ins.get(2)?) } else { None };
         conv_typed::<T>(g, groups, ins.get(0)?, ins.get(1)?, bias, out_mut(out)?);
@@ -111,7 +112,7 @@ fn conv_typed<T: Float>(g: &Geometry, groups: usize, x: &[T], w: &[T], bias: Opt
 }
 
 /// Max pooling (`avg = None`) or average pooling (`avg = Some(count_include_pad)`).
-pub fn pool(g: &Geometry, avg: Option<bool>, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn pool(g: &Geometry, avg: Option<bool>, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     with_float!(class, T => {
         pool_typed::<T>(g, avg, ins.get(0)?, out_mut(out)?);
         Ok(())

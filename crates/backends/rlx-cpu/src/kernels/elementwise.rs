@@ -1,11 +1,12 @@
 //! Elementwise kernels: binary, compare, where, unary, cast (semantics in
 //! `rlx_ir::ops::elementwise`).
 
-use crate::buffer::{Args, Buffer, Class, Elem, Float, Num, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::{Class, Elem, Float, Num};
 use crate::threads::par_chunks;
-use crate::with_class;
+use crate::{with_class, with_float};
 use rlx_ir::shape::{broadcast_strides, numel};
-use rlx_ir::{BinaryOp, CompareOp, DType, Error, Result, Unary, i64_to_float_bits, round_to_float_dtype};
+use rlx_ir::{BinaryOp, CompareOp, DType, Error, Result, Unary};
 
 /// Reads up to three operands broadcast to one output shape.
 #[derive(Clone, Debug)]
@@ -71,12 +72,21 @@ impl Broadcast {
     }
 }
 
-pub fn binary(op: BinaryOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn binary(op: BinaryOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Out) -> Result<()> {
     with_class!(class, T => binary_typed::<T>(op, bc, ins.get(0)?, ins.get(1)?, out_mut(out)?))
 }
 
 fn binary_typed<T: Num>(op: BinaryOp, bc: &Broadcast, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
-    let f: fn(T, T) -> T = match op {
+    let f = binary_fn::<T>(op);
+    par_chunks(out, |start, chunk| {
+        bc.for_range(start, start + chunk.len(), |i, o| chunk[i - start] = f(a[o[0]], b[o[1]]))
+    });
+    Ok(())
+}
+
+/// The scalar function of `op` in type `T` (IEEE for floats, wrapping for integers).
+pub fn binary_fn<T: Num>(op: BinaryOp) -> fn(T, T) -> T {
+    match op {
         BinaryOp::Add => T::add,
         BinaryOp::Sub => T::sub,
         BinaryOp::Mul => T::mul,
@@ -84,14 +94,16 @@ fn binary_typed<T: Num>(op: BinaryOp, bc: &Broadcast, a: &[T], b: &[T], out: &mu
         BinaryOp::Max => T::max_nan,
         BinaryOp::Min => T::min_nan,
         BinaryOp::Pow => T::pow,
-    };
-    par_chunks(out, |start, chunk| {
-        bc.for_range(start, start + chunk.len(), |i, o| chunk[i - start] = f(a[o[0]], b[o[1]]))
-    });
-    Ok(())
+    }
 }
 
-pub fn compare(op: CompareOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Buffer) -> Result<()> {
+/// `op` on two f32 values, exactly as the unfused kernel computes it.
+#[inline]
+pub fn float_binary(op: BinaryOp, a: f32, b: f32) -> f32 {
+    binary_fn::<f32>(op)(a, b)
+}
+
+pub fn compare(op: CompareOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Out) -> Result<()> {
     with_class!(class, T => compare_typed::<T>(op, bc, ins.get(0)?, ins.get(1)?, out_mut(out)?))
 }
 
@@ -109,7 +121,7 @@ fn compare_typed<T: Elem>(op: CompareOp, bc: &Broadcast, a: &[T], b: &[T], out: 
     Ok(())
 }
 
-pub fn where_(class: Class, bc: &Broadcast, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn where_(class: Class, bc: &Broadcast, ins: &Args, out: &mut Out) -> Result<()> {
     let cond: &[u8] = ins.get(0)?;
     with_class!(class, T => {
         let (a, b, out): (&[T], &[T], &mut [T]) = (ins.get(1)?, ins.get(2)?, out_mut(out)?);
@@ -118,9 +130,13 @@ pub fn where_(class: Class, bc: &Broadcast, ins: &Args, out: &mut Buffer) -> Res
     })
 }
 
-pub fn unary(u: Unary, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn unary(u: Unary, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     match class {
-        Class::F32 => unary_float::<f32>(u, ins.get(0)?, out_mut(out)?),
+        Class::F32 => {
+            let (x, out): (&[f32], &mut [f32]) = (ins.get(0)?, out_mut(out)?);
+            par_chunks(out, |start, chunk| unary_f32_slice(u, &x[start..start + chunk.len()], chunk));
+            Ok(())
+        }
         Class::F64 => unary_float::<f64>(u, ins.get(0)?, out_mut(out)?),
         Class::I8 => unary_int::<i8>(u, ins.get(0)?, out_mut(out)?),
         Class::I32 => unary_int::<i32>(u, ins.get(0)?, out_mut(out)?),
@@ -144,6 +160,18 @@ fn unary_float<T: Float>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
     let f = unary_fn::<T>(u);
     par_chunks(out, |start, chunk| chunk.iter_mut().zip(&x[start..]).for_each(|(o, &v)| *o = f(v)));
     Ok(())
+}
+
+/// `out = u(x)` on f32: the one definition the unfused kernel and fused kernels share.
+pub fn unary_f32_slice(u: Unary, x: &[f32], out: &mut [f32]) {
+    let f = unary_fn::<f32>(u);
+    out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+}
+
+/// `v = u(v)` on f32, in place, with the same function as [`unary_f32_slice`].
+pub fn unary_f32_inplace(u: Unary, v: &mut [f32]) {
+    let f = unary_fn::<f32>(u);
+    v.iter_mut().for_each(|x| *x = f(*x));
 }
 
 /// The scalar function of `u` in type `T`.
@@ -205,64 +233,28 @@ fn softplus<T: Float>(x: T) -> T {
     pos + (-x.abs()).exp().ln_1p()
 }
 
-/// Converts `src` (holding `from`) into `dst` (holding `to`), by value.
-pub fn cast(from: DType, to: DType, src: &Buffer, dst: &mut Buffer) -> Result<()> {
+/// Converts operand 0 (holding `from`) into the output (holding `to`), by value.
+pub fn cast(from: DType, to: DType, ins: &Args, out: &mut Out) -> Result<()> {
+    let src = ins.slot(0)?.class;
+    let dst = out.slot(0)?.class;
     if from.is_float() {
-        let values: Box<dyn Iterator<Item = f64>> = match src {
-            Buffer::F32(v) => Box::new(v.iter().map(|&x| x as f64)),
-            Buffer::F64(v) => Box::new(v.iter().copied()),
-            _ => return Err(Error::internal("cast: float source in integer storage")),
-        };
-        store_from_f64(to, values, dst)
+        with_float!(src, S => with_class!(dst, D => {
+            let (x, o): (&[S], &mut [D]) = (ins.get(0)?, out_mut(out)?);
+            o.iter_mut().zip(x).for_each(|(o, &v)| *o = D::from_float(v.to_f64(), to));
+            Ok(())
+        }))
     } else {
-        let values: Box<dyn Iterator<Item = i64>> = match src {
-            Buffer::I8(v) => Box::new(v.iter().map(|&x| x as i64)),
-            Buffer::I32(v) => Box::new(v.iter().map(|&x| x as i64)),
-            Buffer::I64(v) => Box::new(v.iter().copied()),
-            Buffer::U8(v) => Box::new(v.iter().map(|&x| x as i64)),
-            _ => return Err(Error::internal("cast: integer source in float storage")),
-        };
-        store_from_i64(to, values, dst)
+        with_class!(src, S => with_class!(dst, D => {
+            let (x, o): (&[S], &mut [D]) = (ins.get(0)?, out_mut(out)?);
+            o.iter_mut().zip(x).for_each(|(o, &v)| *o = D::from_int(v.to_i64(), to));
+            Ok(())
+        }))
     }
 }
 
-/// Float source: narrower floats round to nearest even once; integers truncate and
-/// saturate (NaN -> 0), which is what Rust's `as` does; bool is `x != 0`.
-fn store_from_f64(to: DType, values: impl Iterator<Item = f64>, dst: &mut Buffer) -> Result<()> {
-    match dst {
-        Buffer::F32(d) => d.iter_mut().zip(values).for_each(|(o, v)| *o = round_to_float_dtype(v, to) as f32),
-        Buffer::F64(d) => fill(d, values, |v| v),
-        Buffer::I8(d) => fill(d, values, |v| v as i8),
-        Buffer::I32(d) => fill(d, values, |v| v as i32),
-        Buffer::I64(d) => fill(d, values, |v| v as i64),
-        Buffer::U8(d) if to == DType::Bool => fill(d, values, |v| (v != 0.0) as u8),
-        Buffer::U8(d) => fill(d, values, |v| v as u8),
-    }
-    Ok(())
-}
-
-/// Integer source: floats correctly rounded (single rounding even for i64 -> bf16),
-/// integers wrap, bool is `x != 0`.
-fn store_from_i64(to: DType, values: impl Iterator<Item = i64>, dst: &mut Buffer) -> Result<()> {
-    match dst {
-        Buffer::F32(d) => d.iter_mut().zip(values).for_each(|(o, v)| *o = i64_to_float_bits(to, v) as f32),
-        Buffer::F64(d) => fill(d, values, |v| v as f64),
-        Buffer::I8(d) => fill(d, values, |v| v as i8),
-        Buffer::I32(d) => fill(d, values, |v| v as i32),
-        Buffer::I64(d) => fill(d, values, |v| v),
-        Buffer::U8(d) if to == DType::Bool => fill(d, values, |v| (v != 0) as u8),
-        Buffer::U8(d) => fill(d, values, |v| v as u8),
-    }
-    Ok(())
-}
-
-fn fill<S, T: Elem>(dst: &mut [T], values: impl Iterator<Item = S>, f: impl Fn(S) -> T) {
-    dst.iter_mut().zip(values).for_each(|(o, v)| *o = f(v));
-}
-
-/// Rounds a widened f16/bf16 buffer to its format, in place (a no-op for other dtypes).
-pub fn round_in_place(dtype: DType, buf: &mut Buffer) {
-    if let (true, Buffer::F32(v)) = (dtype.is_half(), buf) {
-        v.iter_mut().for_each(|x| *x = rlx_ir::round_f32_to_dtype(*x, dtype));
+/// Rounds a widened f16/bf16 result to its format, in place (a no-op for other dtypes).
+pub fn round_in_place(dtype: DType, values: &mut [f32]) {
+    if dtype.is_half() {
+        values.iter_mut().for_each(|x| *x = rlx_ir::round_f32_to_dtype(*x, dtype));
     }
 }

@@ -1,6 +1,7 @@
 //! KV-cache append (semantics in `rlx_ir::ops::kv_cache`).
 
-use crate::buffer::{Args, Buffer, Class, index_at, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::Class;
 use crate::with_class;
 use rlx_ir::{Error, Result};
 
@@ -13,8 +14,10 @@ pub struct KvAppendPlan {
     pub cache: String,
 }
 
-pub fn kv_append(p: &KvAppendPlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
-    let pos = index_at(ins.buf(2)?, 0).ok_or_else(|| Error::internal("kv_append pos is not integer storage"))?;
+/// With `in_place`, the output already holds the cache (the planner gave them one buffer),
+/// so only the new rows are written: a decode step costs its new rows, not the cache.
+pub fn kv_append(p: &KvAppendPlan, class: Class, in_place: bool, ins: &Args, out: &mut Out) -> Result<()> {
+    let pos = ins.index(2, 0)?;
     let start = usize::try_from(pos).ok().filter(|&s| s.checked_add(p.rows).is_some_and(|end| end <= p.capacity));
     let Some(start) = start else {
         return Err(Error::runtime(format!(
@@ -23,8 +26,11 @@ pub fn kv_append(p: &KvAppendPlan, class: Class, ins: &Args, out: &mut Buffer) -
         )));
     };
     with_class!(class, T => {
-        let (cache, new, out): (&[T], &[T], &mut [T]) = (ins.get(0)?, ins.get(1)?, out_mut(out)?);
-        out.copy_from_slice(cache);
+        let new: &[T] = ins.get(1)?;
+        let out: &mut [T] = out_mut(out)?;
+        if !in_place {
+            out.copy_from_slice(ins.get(0)?);
+        }
         let chunk = p.rows * p.inner;
         for o in 0..p.outer {
             let dst = (o * p.capacity + start) * p.inner;

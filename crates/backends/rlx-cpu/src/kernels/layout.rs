@@ -1,6 +1,7 @@
 //! Data movement (semantics in `rlx_ir::ops::layout`): exact for every storage class.
 
-use crate::buffer::{Args, Buffer, Class, Elem, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::{Class, Elem};
 use crate::with_class;
 use rlx_ir::Result;
 use rlx_ir::shape::{broadcast_strides, numel, strides};
@@ -36,7 +37,7 @@ impl StridedCopy {
     }
 }
 
-pub fn strided_copy(plan: &StridedCopy, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn strided_copy(plan: &StridedCopy, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     with_class!(class, T => {
         strided_typed::<T>(plan, ins.get(0)?, out_mut(out)?);
         Ok(())
@@ -62,7 +63,7 @@ fn strided_typed<T: Elem>(p: &StridedCopy, x: &[T], out: &mut [T]) {
 }
 
 /// Reshape: the same elements in the same order.
-pub fn copy(class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn copy(class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     with_class!(class, T => {
         out_mut::<T>(out)?.copy_from_slice(ins.get(0)?);
         Ok(())
@@ -84,7 +85,7 @@ impl ConcatPlan {
     }
 }
 
-pub fn concat(plan: &ConcatPlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn concat(plan: &ConcatPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     with_class!(class, T => {
         let out: &mut [T] = out_mut(out)?;
         let mut at = 0;

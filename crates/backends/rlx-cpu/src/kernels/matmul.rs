@@ -9,7 +9,8 @@
 //! product by output tiles; neither changes any element's accumulation order, so the
 //! result is bit-identical for every thread count.
 
-use crate::buffer::{Args, Buffer, Class, Num, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::{Class, Num};
 use crate::threads::MIN_PARALLEL_ELEMS;
 use rayon::prelude::*;
 use rlx_ir::shape::{broadcast_strides, numel};
@@ -60,7 +61,7 @@ impl MatMulPlan {
     }
 }
 
-pub fn matmul(plan: &MatMulPlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn matmul(plan: &MatMulPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     match class {
         Class::F32 => gemm_batched::<f32>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
         Class::F64 => gemm_batched::<f64>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
@@ -69,6 +70,11 @@ pub fn matmul(plan: &MatMulPlan, class: Class, ins: &Args, out: &mut Buffer) -> 
         Class::I64 => loops::<i64>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
         Class::U8 => loops::<u8>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
     }
+}
+
+/// The f32 product of `plan` (fused kernels call this, then work on `out`).
+pub fn gemm_f32_into(plan: &MatMulPlan, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+    gemm_batched(plan, a, b, out)
 }
 
 fn gemm_batched<T: Gemm>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod fused;
 pub mod gather;
 pub mod kv_cache;
 pub mod layout;
@@ -12,6 +13,7 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod reduce;
+pub mod region;
 pub mod rope;
 pub mod rows;
 pub mod softmax;

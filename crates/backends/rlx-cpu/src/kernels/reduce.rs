@@ -1,6 +1,7 @@
 //! Reductions and argmax (semantics in `rlx_ir::ops::reduce`).
 
-use crate::buffer::{Args, Buffer, Class, Float, Num, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::{Class, Float, Num};
 use crate::with_class;
 use rlx_ir::shape::numel;
 use rlx_ir::{Error, ReduceOp, Result};
@@ -30,7 +31,7 @@ impl ReducePlan {
     }
 }
 
-pub fn reduce(plan: &ReducePlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn reduce(plan: &ReducePlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     match (plan.op, class) {
         (ReduceOp::Mean, Class::F32) => mean::<f32>(plan, ins.get(0)?, out_mut(out)?),
         (ReduceOp::Mean, Class::F64) => mean::<f64>(plan, ins.get(0)?, out_mut(out)?),
@@ -95,7 +96,7 @@ impl AxisSplit {
     }
 }
 
-pub fn argmax(split: &AxisSplit, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
+pub fn argmax(split: &AxisSplit, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     let out: &mut [i64] = out_mut(out)?;
     with_class!(class, T => {
         argmax_typed::<T>(split, ins.get(0)?, out);

@@ -1,8 +1,9 @@
 //! Rotary position embedding (semantics in `rlx_ir::ops::rope`).
 
-use crate::buffer::{Args, Buffer, Class, Float, index_at, out_mut};
+use crate::arena::{Args, Out, out_mut};
+use crate::buffer::{Class, Float};
 use crate::with_float;
-use rlx_ir::{Error, Result, RopeStyle};
+use rlx_ir::{Result, RopeStyle};
 
 #[derive(Clone, Debug)]
 pub struct RopePlan {
@@ -23,17 +24,16 @@ impl RopePlan {
     }
 }
 
-pub fn rope(p: &RopePlan, class: Class, ins: &Args, out: &mut Buffer) -> Result<()> {
-    with_float!(class, T => rope_typed::<T>(p, ins.get(0)?, ins.buf(1)?, out_mut(out)?))
+pub fn rope(p: &RopePlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    with_float!(class, T => rope_typed::<T>(p, ins.get(0)?, ins, out_mut(out)?))
 }
 
-fn rope_typed<T: Float>(p: &RopePlan, x: &[T], positions: &Buffer, out: &mut [T]) -> Result<()> {
+fn rope_typed<T: Float>(p: &RopePlan, x: &[T], ins: &Args, out: &mut [T]) -> Result<()> {
     out.copy_from_slice(x);
     let half = p.inv_freq.len();
     for s in 0..p.seq {
         // Any integer position is valid, negative ones included.
-        let pos =
-            index_at(positions, s).ok_or_else(|| Error::internal("rope positions are not integer storage"))? as f64;
+        let pos = ins.index(1, s)? as f64;
         for o in 0..p.outer {
             let row = (o * p.seq + s) * p.head_dim;
             for (i, &f) in p.inv_freq.iter().enumerate() {

@@ -90,21 +90,37 @@ multiversion! {
     }
 }
 
+/// One LayerNorm row.
+#[inline(always)]
+fn layer_norm_row(row: &[f32], o: &mut [f32], eps: f32, gamma: Option<&[f32]>, beta: Option<&[f32]>) {
+    let n = row.len() as f32;
+    let mean = sum_map(row, |v| v) / n;
+    let var = sum_map(row, |v| (v - mean) * (v - mean)) / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for (o, &v) in o.iter_mut().zip(row) {
+        *o = (v - mean) * inv;
+    }
+    affine(o, gamma, beta);
+}
+
+/// One RMSNorm row.
+#[inline(always)]
+fn rms_norm_row(row: &[f32], o: &mut [f32], eps: f32, gamma: Option<&[f32]>) {
+    let inv = 1.0 / (sum_map(row, |v| v * v) / row.len() as f32 + eps).sqrt();
+    for (o, &v) in o.iter_mut().zip(row) {
+        *o = v * inv;
+    }
+    affine(o, gamma, None);
+}
+
 multiversion! {
     /// LayerNorm of each row: `(x - mean) / sqrt(var + eps) * gamma + beta`.
     pub fn layer_norm_rows(x: &[f32], out: &mut [f32], len: usize, eps: f32, gamma: Option<&[f32]>, beta: Option<&[f32]>) {
         if len == 0 {
             return;
         }
-        let n = len as f32;
         for (row, o) in x.chunks_exact(len).zip(out.chunks_exact_mut(len)) {
-            let mean = sum_map(row, |v| v) / n;
-            let var = sum_map(row, |v| (v - mean) * (v - mean)) / n;
-            let inv = 1.0 / (var + eps).sqrt();
-            for (o, &v) in o.iter_mut().zip(row) {
-                *o = (v - mean) * inv;
-            }
-            affine(o, gamma, beta);
+            layer_norm_row(row, o, eps, gamma, beta);
         }
     }
 }
@@ -115,13 +131,73 @@ multiversion! {
         if len == 0 {
             return;
         }
-        let n = len as f32;
         for (row, o) in x.chunks_exact(len).zip(out.chunks_exact_mut(len)) {
-            let inv = 1.0 / (sum_map(row, |v| v * v) / n + eps).sqrt();
-            for (o, &v) in o.iter_mut().zip(row) {
-                *o = v * inv;
+            rms_norm_row(row, o, eps, gamma);
+        }
+    }
+}
+
+multiversion! {
+    /// Residual add then norm, row by row while the sum is in cache: `sum = a + b`,
+    /// `out = norm(sum)` (RMS when `rms`, else LayerNorm with `beta`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_norm_rows(a: &[f32], b: &[f32], sum: &mut [f32], out: &mut [f32], len: usize, eps: f32, rms: bool, gamma: Option<&[f32]>, beta: Option<&[f32]>) {
+        if len == 0 {
+            return;
+        }
+        let rows = a.chunks_exact(len).zip(b.chunks_exact(len)).zip(sum.chunks_exact_mut(len).zip(out.chunks_exact_mut(len)));
+        for ((ra, rb), (s, o)) in rows {
+            for ((s, &x), &y) in s.iter_mut().zip(ra).zip(rb) {
+                *s = x + y;
             }
-            affine(o, gamma, None);
+            if rms { rms_norm_row(s, o, eps, gamma) } else { layer_norm_row(s, o, eps, gamma, beta) }
+        }
+    }
+}
+
+multiversion! {
+    /// `out = rms_norm(x) * gamma * silu(z)` per row; `silu_out`, when given, receives silu(z).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm_mul_silu_rows(x: &[f32], z: &[f32], out: &mut [f32], silu_out: Option<&mut [f32]>, len: usize, eps: f32, gamma: Option<&[f32]>) {
+        let mut silu_out = silu_out;
+        if len == 0 {
+            return;
+        }
+        for (r, (row, o)) in x.chunks_exact(len).zip(out.chunks_exact_mut(len)).enumerate() {
+            rms_norm_row(row, o, eps, gamma);
+            let zr = &z[r * len..(r + 1) * len];
+            match silu_out.as_deref_mut() {
+                Some(so) => {
+                    for ((o, s), &zv) in o.iter_mut().zip(&mut so[r * len..(r + 1) * len]).zip(zr) {
+                        *s = vmath::silu(zv);
+                        *o *= *s;
+                    }
+                }
+                None => o.iter_mut().zip(zr).for_each(|(o, &zv)| *o *= vmath::silu(zv)),
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `out = x / sqrt(sum(x^2) + eps)` per row (`x * (1 / sqrt(...))` when `rsqrt`);
+    /// `denom`, when given, receives each row's sqrt (or its reciprocal).
+    pub fn l2_norm_rows(x: &[f32], out: &mut [f32], denom: Option<&mut [f32]>, len: usize, eps: f32, rsqrt: bool) {
+        let mut denom = denom;
+        if len == 0 {
+            return;
+        }
+        for (r, (row, o)) in x.chunks_exact(len).zip(out.chunks_exact_mut(len)).enumerate() {
+            let root = (sum_map(row, |v| v * v) + eps).sqrt();
+            let d = if rsqrt { 1.0 / root } else { root };
+            if rsqrt {
+                o.iter_mut().zip(row).for_each(|(o, &v)| *o = v * d);
+            } else {
+                o.iter_mut().zip(row).for_each(|(o, &v)| *o = v / d);
+            }
+            if let Some(dd) = denom.as_deref_mut() {
+                dd[r] = d;
+            }
         }
     }
 }
@@ -133,6 +209,15 @@ fn affine(o: &mut [f32], gamma: Option<&[f32]>, beta: Option<&[f32]>) {
     }
     if let Some(b) = beta {
         o.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
+    }
+}
+
+multiversion! {
+    /// SwiGLU in place: `up_out = up_out * silu(gate)`.
+    pub fn swiglu_inplace(gate: &[f32], up_out: &mut [f32]) {
+        for (u, &g) in up_out.iter_mut().zip(gate) {
+            *u *= vmath::silu(g);
+        }
     }
 }
 

@@ -35,4 +35,7 @@ multiversion! {
 }
 
 /// Every slice kernel, by name (benchmarks and tests iterate this).
-pub const SLICE_FUNCTIONS: &[(&str, fn(crate::arch::Arm, &[f32], &mut [f32]))] = &[("exp", exp_slice)];
+/// A multiversioned slice kernel: `out[i] = f(x[i])` on the given arm.
+pub type SliceFn = fn(crate::arch::Arm, &[f32], &mut [f32]);
+
+pub const SLICE_FUNCTIONS: &[(&str, SliceFn)] = &[("exp", exp_slice)];

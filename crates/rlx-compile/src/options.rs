@@ -32,6 +32,11 @@ pub struct CompileOptions {
     pub precision: PrecisionPolicy,
     /// Fusion passes on (the default) or off.
     pub fusion: bool,
+    /// Reuse dead buffers' arena space (the default). Off, every value gets its own bytes:
+    /// the reference the planner is tested against.
+    pub memory_reuse: bool,
+    /// Print what each fusion pass looked at and what it fused or declined (`RLX_FUSION_LOG=1`).
+    pub fusion_log: bool,
     /// Worker threads; `None` is `RLX_THREADS`, else every core. Results are
     /// bit-identical for every value.
     pub threads: Option<usize>,
@@ -39,21 +44,34 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { precision: PrecisionPolicy::F32, fusion: true, threads: None }
+        CompileOptions {
+            precision: PrecisionPolicy::F32,
+            fusion: true,
+            memory_reuse: true,
+            fusion_log: false,
+            threads: None,
+        }
     }
 }
 
 impl CompileOptions {
-    /// Defaults overridden by `RLX_PRECISION` (f32 | bf16 | f16) and `RLX_NO_FUSION=1`.
+    /// Defaults overridden by `RLX_PRECISION` (f32 | bf16 | f16), `RLX_NO_FUSION=1`,
+    /// `RLX_NO_REUSE=1` and `RLX_FUSION_LOG=1`.
     pub fn from_env() -> Result<CompileOptions> {
         let mut options = CompileOptions::default();
         if let Ok(p) = std::env::var("RLX_PRECISION") {
             options.precision = PrecisionPolicy::parse(&p).map_err(|e| e.context("RLX_PRECISION"))?;
         }
-        if let Ok(v) = std::env::var("RLX_NO_FUSION") {
-            options.fusion = !matches!(v.trim(), "1" | "true" | "yes" | "on");
-        }
+        let flag = |name: &str| std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+        options.fusion = !flag("RLX_NO_FUSION");
+        options.memory_reuse = !flag("RLX_NO_REUSE");
+        options.fusion_log = flag("RLX_FUSION_LOG");
         Ok(options)
+    }
+
+    pub fn with_memory_reuse(mut self, reuse: bool) -> Self {
+        self.memory_reuse = reuse;
+        self
     }
 
     pub fn with_precision(mut self, precision: PrecisionPolicy) -> Self {

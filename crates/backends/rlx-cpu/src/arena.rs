@@ -1,0 +1,253 @@
+//! The one arena a program runs in, and the typed views kernels get of it.
+//!
+//! Soundness rests on the memory plan: `rlx_compile::check_plan` proved at compile time
+//! that a step's outputs and temps never overlap the inputs it reads, except for the
+//! in-place pairs the planner chose, and kernels that run in place access the aliased
+//! pair only through raw pointers (`Args::ptr`, `Out::ptr`). Debug builds re-check every
+//! slice handed out against the step's outputs.
+
+use crate::buffer::{Class, Elem};
+use rlx_ir::{DType, Error, HostTensor, Result, encode_le, f32_to_bf16, f32_to_f16};
+use std::marker::PhantomData;
+
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+/// Zeroed bytes, 64-byte aligned.
+pub struct Arena {
+    lines: Vec<Line>,
+}
+
+impl Arena {
+    pub fn new(bytes: usize) -> Arena {
+        Arena { lines: vec![Line([0; 64]); bytes.div_ceil(64)] }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lines.len() * 64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `Line` is 64 plain bytes with no padding.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.lines.len() * 64) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.lines.len() * 64) }
+    }
+
+    pub fn base(&mut self) -> *mut u8 {
+        self.lines.as_mut_ptr().cast()
+    }
+
+    /// Writes `t` (of `slot`'s dtype) into `slot`, widening f16/bf16 to f32 storage.
+    pub fn write_host(&mut self, slot: TSlot, t: &HostTensor) -> Result<()> {
+        let want = slot.len * slot.class.size_bytes();
+        let dst = self
+            .bytes_mut()
+            .get_mut(slot.offset..slot.offset + want)
+            .ok_or_else(|| Error::internal("write_host: slot outside the arena"))?;
+        match (slot.class, t.dtype()) {
+            (Class::F32, DType::F16) => {
+                for (d, s) in dst.chunks_exact_mut(4).zip(t.bytes().chunks_exact(2)) {
+                    d.copy_from_slice(&half::f16::from_le_bytes([s[0], s[1]]).to_f32().to_le_bytes());
+                }
+            }
+            (Class::F32, DType::BF16) => {
+                for (d, s) in dst.chunks_exact_mut(4).zip(t.bytes().chunks_exact(2)) {
+                    d.copy_from_slice(&half::bf16::from_le_bytes([s[0], s[1]]).to_f32().to_le_bytes());
+                }
+            }
+            _ if t.bytes().len() == want => dst.copy_from_slice(t.bytes()),
+            (c, d) => return Err(Error::internal(format!("write_host: {d} tensor into {c:?} storage"))),
+        }
+        Ok(())
+    }
+
+    /// The tensor `slot` holds, as `dtype` with `dims`.
+    pub fn read_host(&self, slot: TSlot, dtype: DType, dims: &[usize]) -> Result<HostTensor> {
+        let src = self
+            .bytes()
+            .get(slot.offset..slot.offset + slot.len * slot.class.size_bytes())
+            .ok_or_else(|| Error::internal("read_host: slot outside the arena"))?;
+        let bytes = match (slot.class, dtype) {
+            (Class::F32, DType::F16 | DType::BF16) => {
+                let values: Vec<f32> =
+                    src.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                if dtype == DType::F16 {
+                    encode_le(&values, |x| f32_to_f16(x).to_le_bytes())
+                } else {
+                    encode_le(&values, |x| f32_to_bf16(x).to_le_bytes())
+                }
+            }
+            _ => src.to_vec(),
+        };
+        HostTensor::from_bytes(dtype, dims, bytes)
+    }
+}
+
+/// A tensor's place in the arena: byte offset, element count, storage class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TSlot {
+    pub offset: usize,
+    pub len: usize,
+    pub class: Class,
+}
+
+impl TSlot {
+    fn range(&self) -> (usize, usize) {
+        (self.offset, self.offset + self.len * self.class.size_bytes())
+    }
+
+    fn overlaps(&self, other: &TSlot) -> bool {
+        let (a, b) = (self.range(), other.range());
+        a.0 < b.1 && b.0 < a.1
+    }
+}
+
+/// A step's inputs.
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    base: *mut u8,
+    slots: &'a [TSlot],
+    outs: &'a [TSlot],
+    _arena: PhantomData<&'a Arena>,
+}
+
+// SAFETY: Args only hands out shared views of input slots, which no thread writes while
+// the step runs (the plan keeps outputs disjoint from inputs).
+unsafe impl Send for Args<'_> {}
+unsafe impl Sync for Args<'_> {}
+
+impl<'a> Args<'a> {
+    /// # Safety
+    /// `base` is the arena's base, the slots lie inside it, and they satisfy the plan's
+    /// guarantee: no input overlaps an output unless the step runs in place.
+    pub unsafe fn new(base: *mut u8, slots: &'a [TSlot], outs: &'a [TSlot]) -> Args<'a> {
+        Args { base, slots, outs, _arena: PhantomData }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn slot(&self, i: usize) -> Result<TSlot> {
+        self.slots
+            .get(i)
+            .copied()
+            .ok_or_else(|| Error::internal(format!("operand {i} of {} is missing", self.slots.len())))
+    }
+
+    /// Operand `i` as a typed slice. Not for an operand a step overwrites in place.
+    pub fn get<T: Elem>(&self, i: usize) -> Result<&'a [T]> {
+        let s = self.slot(i)?;
+        if s.class != T::CLASS {
+            return Err(Error::internal(format!("operand {i} is {:?} storage, not {:?}", s.class, T::CLASS)));
+        }
+        debug_assert!(!self.outs.iter().any(|o| o.overlaps(&s)), "operand {i} aliases an output");
+        // SAFETY: the slot lies in the arena, is aligned for its class (offsets are multiples
+        // of 64 or of the element size) and no output overlaps it during this step.
+        Ok(unsafe { std::slice::from_raw_parts(self.base.add(s.offset).cast::<T>(), s.len) })
+    }
+
+    /// Operand `i`'s first element, for kernels that run in place.
+    pub fn ptr<T: Elem>(&self, i: usize) -> Result<*const T> {
+        let s = self.slot(i)?;
+        if s.class != T::CLASS {
+            return Err(Error::internal(format!("operand {i} is {:?} storage, not {:?}", s.class, T::CLASS)));
+        }
+        // SAFETY: in bounds of the arena allocation.
+        Ok(unsafe { self.base.add(s.offset).cast::<T>() })
+    }
+
+    /// Element `pos` of integer operand `i` as i64 (indices of gather, rope, kv_append).
+    pub fn index(&self, i: usize, pos: usize) -> Result<i64> {
+        let s = self.slot(i)?;
+        let at = |v: Option<i64>| v.ok_or_else(|| Error::internal(format!("index {pos} outside operand {i}")));
+        match s.class {
+            Class::I8 => at(self.get::<i8>(i)?.get(pos).map(|&x| x as i64)),
+            Class::I32 => at(self.get::<i32>(i)?.get(pos).map(|&x| x as i64)),
+            Class::I64 => at(self.get::<i64>(i)?.get(pos).copied()),
+            Class::U8 => at(self.get::<u8>(i)?.get(pos).map(|&x| x as i64)),
+            c => Err(Error::internal(format!("operand {i} is {c:?} storage, not integers"))),
+        }
+    }
+}
+
+/// A step's outputs (and temps, after the outputs).
+pub struct Out<'a> {
+    base: *mut u8,
+    slots: &'a [TSlot],
+    _arena: PhantomData<&'a mut Arena>,
+}
+
+impl<'a> Out<'a> {
+    /// # Safety
+    /// As for [`Args::new`]; the output slots are pairwise disjoint.
+    pub unsafe fn new(base: *mut u8, slots: &'a [TSlot]) -> Out<'a> {
+        Out { base, slots, _arena: PhantomData }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn slot(&self, i: usize) -> Result<TSlot> {
+        self.slots
+            .get(i)
+            .copied()
+            .ok_or_else(|| Error::internal(format!("output {i} of {} is missing", self.slots.len())))
+    }
+
+    /// Output `i` as a typed mutable slice, borrowed from `self`.
+    pub fn get<T: Elem>(&mut self, i: usize) -> Result<&mut [T]> {
+        let p = self.ptr::<T>(i)?;
+        // SAFETY: in the arena, aligned, disjoint from the step's inputs (module docs); the
+        // borrow of `self` keeps it the only live view of any output.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, self.slots[i].len) })
+    }
+
+    /// Outputs `i` and `j` (distinct) as typed mutable slices at once.
+    pub fn pair<T: Elem>(&mut self, i: usize, j: usize) -> Result<(&mut [T], &mut [T])> {
+        if i == j {
+            return Err(Error::internal("Out::pair of one output"));
+        }
+        let (pi, pj) = (self.ptr::<T>(i)?, self.ptr::<T>(j)?);
+        // SAFETY: as `get`; the planner gives distinct outputs of a step disjoint bytes.
+        Ok(unsafe {
+            (
+                std::slice::from_raw_parts_mut(pi, self.slots[i].len),
+                std::slice::from_raw_parts_mut(pj, self.slots[j].len),
+            )
+        })
+    }
+
+    /// Output `i`'s first element, for kernels that run in place.
+    pub fn ptr<T: Elem>(&self, i: usize) -> Result<*mut T> {
+        let s = self.slot(i)?;
+        if s.class != T::CLASS {
+            return Err(Error::internal(format!("output {i} is {:?} storage, not {:?}", s.class, T::CLASS)));
+        }
+        // SAFETY: in bounds of the arena allocation.
+        Ok(unsafe { self.base.add(s.offset).cast::<T>() })
+    }
+}
+
+/// Output 0 as a typed slice.
+pub fn out_mut<'o, T: Elem>(out: &'o mut Out<'_>) -> Result<&'o mut [T]> {
+    out.get(0)
+}

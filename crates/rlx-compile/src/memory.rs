@@ -1,0 +1,268 @@
+//! The memory plan: every value of a schedule gets a byte range in ONE arena.
+//!
+//! Values are grouped into storages: a view (reshape, a contiguous narrow) shares its
+//! source's storage at an offset, and an in-place step's output takes over the storage of
+//! an input that dies there. Each storage is live from the step that first writes it to
+//! the last step that reads any of its values (graph outputs: to the end; params and
+//! constants: always). Storages are placed greedily, largest first, at the lowest
+//! 64-byte-aligned offset that overlaps no storage live at the same time.
+//! `check_plan` re-derives liveness from the schedule and proves no two live values
+//! overlap.
+
+use crate::schedule::{Kernel, Schedule, ValueId, ValueKind};
+use rlx_ir::shape::numel;
+use rlx_ir::{DType, Error, Op, Result};
+
+/// Arena offsets are multiples of this (a cache line, and AVX-512's vector width).
+pub const ALIGN: usize = 64;
+
+/// How many bytes each element of a tensor takes in the arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArenaWidthPolicy {
+    /// Every f16/bf16 tensor widened to f32 (4 bytes); everything else native.
+    F32Uniform,
+    /// Every tensor in its declared dtype (f16/bf16 packed, 2 bytes).
+    Native,
+    /// Params, constants and integers native; f16/bf16 activations (inputs and
+    /// intermediates) widened to f32.
+    NativeHalfWidened,
+}
+
+impl ArenaWidthPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArenaWidthPolicy::F32Uniform => "F32Uniform",
+            ArenaWidthPolicy::Native => "Native",
+            ArenaWidthPolicy::NativeHalfWidened => "NativeHalfWidened",
+        }
+    }
+
+    /// Bytes per element of a value of `dtype` and `kind` under this policy.
+    pub fn elem_bytes(self, dtype: DType, kind: &ValueKind) -> usize {
+        let widen = dtype.is_half()
+            && match self {
+                ArenaWidthPolicy::F32Uniform => true,
+                ArenaWidthPolicy::Native => false,
+                ArenaWidthPolicy::NativeHalfWidened => {
+                    matches!(kind, ValueKind::Input { .. } | ValueKind::Intermediate)
+                }
+            };
+        if widen { 4 } else { dtype.size_bytes() }
+    }
+}
+
+/// A value's bytes in the arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub offset: usize,
+    pub bytes: usize,
+    /// Bytes per element (the width policy's answer for this value).
+    pub elem_bytes: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct MemoryPlan {
+    pub policy: ArenaWidthPolicy,
+    /// Per value; `None` for values no step writes or reads (absorbed by fusion).
+    pub slots: Vec<Option<Slot>>,
+    /// Bytes the arena needs.
+    pub arena_bytes: usize,
+    /// Bytes every storage would take side by side (the plan without reuse).
+    pub unshared_bytes: usize,
+    /// Steps that run as views: no kernel, the output aliases the input.
+    pub views: Vec<bool>,
+    /// (step, input value) pairs whose output overwrites that input in place.
+    pub in_place: Vec<(usize, ValueId)>,
+    /// Per value, the storage it lives in (values of one storage may overlap).
+    pub storage: Vec<usize>,
+}
+
+/// Live interval of a value or storage: from its first write to its last read, in steps.
+/// -1 is "before the first step" (inputs); `i64::MAX` is "never dies" (params, constants).
+type Interval = (i64, i64);
+
+fn overlaps(a: Interval, b: Interval) -> bool {
+    a.0 <= b.1 && b.0 <= a.1
+}
+
+/// Per value, its live interval (None if the value is never materialized).
+pub fn value_intervals(s: &Schedule) -> Vec<Option<Interval>> {
+    let end = s.steps.len() as i64;
+    let mut iv: Vec<Option<Interval>> = s
+        .values
+        .iter()
+        .map(|v| match v.kind {
+            ValueKind::Param { .. } | ValueKind::Constant(_) => Some((-1, i64::MAX)),
+            ValueKind::Input { .. } => Some((-1, -1)),
+            ValueKind::Intermediate => None,
+        })
+        .collect();
+    for (i, step) in s.steps.iter().enumerate() {
+        let i = i as i64;
+        for &v in step.outputs.iter().chain(&step.temps) {
+            iv[v] = Some((i, i));
+        }
+        for &v in &step.inputs {
+            if let Some((a, b)) = iv[v] {
+                iv[v] = Some((a, b.max(i)));
+            }
+        }
+    }
+    for &o in &s.outputs {
+        if let Some((a, b)) = iv[o] {
+            iv[o] = Some((a, b.max(end)));
+        }
+    }
+    iv
+}
+
+/// Whether `step` may run as a view of its input, and at which element offset.
+fn view_offset(s: &Schedule, step: usize) -> Option<usize> {
+    let st = &s.steps[step];
+    let Kernel::Op(op) = &st.kernel else { return None };
+    let src = &s.values[st.inputs[0]].dims;
+    match op {
+        Op::Reshape { .. } => Some(0),
+        // Contiguous when every axis before `axis` has extent 1.
+        Op::Narrow { axis, start, .. } if src[..*axis].iter().all(|&d| d == 1) => Some(start * numel(&src[axis + 1..])),
+        _ => None,
+    }
+}
+
+/// Whether `step` may write its output over input `k`'s bytes.
+fn in_place_operand(s: &Schedule, step: usize) -> Vec<usize> {
+    match &s.steps[step].kernel {
+        Kernel::Region(_) => (0..s.steps[step].inputs.len()).collect(),
+        Kernel::Op(Op::KvAppend { .. }) => vec![0],
+        _ => Vec::new(),
+    }
+}
+
+pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool) -> Result<MemoryPlan> {
+    let n = s.values.len();
+    let iv = value_intervals(s);
+    let elem = |v: ValueId| policy.elem_bytes(s.values[v].dtype, &s.values[v].kind);
+    let bytes = |v: ValueId| numel(&s.values[v].dims) * elem(v);
+
+    // Storages: each materialized value starts as its own; views and in-place join them.
+    let mut storage: Vec<usize> = (0..n).collect();
+    let mut offset_in_storage = vec![0usize; n];
+    let mut views = vec![false; s.steps.len()];
+    let mut in_place = Vec::new();
+    let mut storage_iv: Vec<Option<Interval>> = iv.clone();
+    let root = |storage: &[usize], mut v: usize| {
+        while storage[v] != v {
+            v = storage[v];
+        }
+        v
+    };
+    for (i, step) in s.steps.iter().enumerate() {
+        if reuse && let Some(elems) = view_offset(s, i) {
+            let (src, out) = (step.inputs[0], step.outputs[0]);
+            let r = root(&storage, src);
+            storage[out] = r;
+            offset_in_storage[out] = offset_in_storage[src] + elems * elem(src);
+            views[i] = true;
+            // The storage now lives as long as the view does.
+            if let (Some(a), Some(b)) = (storage_iv[r], iv[out]) {
+                storage_iv[r] = Some((a.0.min(b.0), a.1.max(b.1)));
+            }
+            continue;
+        }
+        if !reuse {
+            continue;
+        }
+        let out = step.outputs[0];
+        for k in in_place_operand(s, i) {
+            let v = step.inputs[k];
+            let r = root(&storage, v);
+            let ends_here = storage_iv[r].is_some_and(|(_, end)| end == i as i64);
+            let whole =
+                offset_in_storage[v] == 0 && bytes(v) == bytes(r) && storage.iter().filter(|&&x| x == r).count() == 1;
+            let fits = bytes(v) == bytes(out) && elem(v) == elem(out) && s.values[v].dims == s.values[out].dims;
+            if matches!(s.values[v].kind, ValueKind::Intermediate) && ends_here && whole && fits && !s.is_output(v) {
+                storage[out] = r;
+                if let (Some(a), Some(b)) = (storage_iv[r], iv[out]) {
+                    storage_iv[r] = Some((a.0.min(b.0), a.1.max(b.1)));
+                }
+                in_place.push((i, v));
+                break;
+            }
+        }
+    }
+    let roots: Vec<usize> = (0..n).map(|v| root(&storage, v)).collect();
+
+    // Bytes a storage spans: its root value's bytes (views never extend past their source).
+    let mut order: Vec<usize> = (0..n).filter(|&v| roots[v] == v && iv[v].is_some()).collect();
+    let unshared_bytes: usize = order.iter().map(|&r| bytes(r).next_multiple_of(ALIGN)).sum();
+    let persistent = |v: usize| matches!(s.values[v].kind, ValueKind::Param { .. } | ValueKind::Constant(_));
+    // Persistent storages first (they are set once and must survive every run), then by
+    // size, largest first.
+    order.sort_by_key(|&r| (!persistent(r), std::cmp::Reverse(bytes(r)), r));
+    let mut placed: Vec<(usize, usize, Interval)> = Vec::new(); // (offset, bytes, interval)
+    let mut storage_offset = vec![0usize; n];
+    let mut arena_bytes = 0usize;
+    for &r in &order {
+        let size = bytes(r).next_multiple_of(ALIGN);
+        let life = storage_iv[r].unwrap_or((-1, i64::MAX));
+        let offset = if reuse {
+            let mut busy: Vec<(usize, usize)> =
+                placed.iter().filter(|(_, _, l)| overlaps(*l, life)).map(|&(o, b, _)| (o, o + b)).collect();
+            busy.sort_unstable();
+            let mut at = 0usize;
+            for (start, end) in busy {
+                if at + size <= start {
+                    break;
+                }
+                at = at.max(end);
+            }
+            at
+        } else {
+            arena_bytes
+        };
+        storage_offset[r] = offset;
+        placed.push((offset, size, life));
+        arena_bytes = arena_bytes.max(offset + size);
+    }
+    let slots = (0..n)
+        .map(|v| {
+            iv[v]?;
+            Some(Slot { offset: storage_offset[roots[v]] + offset_in_storage[v], bytes: bytes(v), elem_bytes: elem(v) })
+        })
+        .collect();
+    let plan = MemoryPlan { policy, slots, arena_bytes, unshared_bytes, views, in_place, storage: roots };
+    check_plan(s, &plan)?;
+    Ok(plan)
+}
+
+/// Proves the plan safe: every materialized value lies inside the arena, and two values
+/// live at the same time overlap only when they share a storage (a view or an in-place
+/// step, which the planner created on purpose).
+pub fn check_plan(s: &Schedule, plan: &MemoryPlan) -> Result<()> {
+    let iv = value_intervals(s);
+    let live: Vec<(ValueId, Interval, Slot)> =
+        (0..s.values.len()).filter_map(|v| Some((v, iv[v]?, plan.slots[v]?))).collect();
+    for &(v, _, slot) in &live {
+        if slot.offset + slot.bytes > plan.arena_bytes {
+            return Err(Error::internal(format!("plan: {} ends past the arena", s.describe(v))));
+        }
+    }
+    let mut by_start: Vec<&(ValueId, Interval, Slot)> = live.iter().collect();
+    by_start.sort_by_key(|(_, _, slot)| slot.offset);
+    for (i, &&(a, ia, sa)) in by_start.iter().enumerate() {
+        for &&(b, ib, sb) in &by_start[i + 1..] {
+            if sb.offset >= sa.offset + sa.bytes {
+                break; // sorted by offset: no later value overlaps `a`
+            }
+            if sa.bytes == 0 || sb.bytes == 0 || plan.storage[a] == plan.storage[b] || !overlaps(ia, ib) {
+                continue;
+            }
+            return Err(Error::internal(format!(
+                "plan: {} and {} are live together and overlap in the arena",
+                s.describe(a),
+                s.describe(b)
+            )));
+        }
+    }
+    Ok(())
+}
