@@ -2,6 +2,7 @@
 //! one-line reason on stderr.
 
 mod bench;
+mod check;
 mod demo;
 mod info;
 mod inspect;
@@ -41,6 +42,17 @@ enum Command {
     },
     /// Build, compile and run a small MLP with embedded weights, checked against an f64 reference.
     Demo,
+    /// Verify a graph and report fusions, hazards and what it costs on a backend.
+    Check {
+        /// A graph in RLX's JSON format.
+        graph: PathBuf,
+        /// The backend to plan for.
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        /// Machine-readable output (schema: docs/check-schema.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the CPU features found and the arm each kernel family uses.
     Info,
     /// Measure kernels against their anchors (glibc, NumPy, OpenBLAS, FMA peak) in one run.
@@ -71,6 +83,7 @@ fn main() -> ExitCode {
         Command::Inspect { graph } => inspect::inspect(&graph),
         Command::Run { graph, inputs, params, out } => run::run(&graph, &inputs, &params, out.as_deref()),
         Command::Demo => demo::demo(),
+        Command::Check { graph, backend, json } => check::check(&graph, &backend, json),
         Command::Info => info::info(),
         Command::Bench { what } => bench::bench(&what),
     };

@@ -185,3 +185,58 @@ fn errors_are_one_line_and_name_the_culprit() {
         assert!(err.contains(culprit), "{args:?}: '{culprit}' not in: {err}");
     }
 }
+
+#[test]
+fn check_reports_the_arena_the_runtime_allocates() {
+    let dir = scratch("check");
+    for (k, g) in [network(), rlx_corpus::transformer_stack(&rlx_corpus::TransformerConfig::tiny(), 2).unwrap()]
+        .into_iter()
+        .enumerate()
+    {
+        let path = dir.join(format!("g{k}.json"));
+        std::fs::write(&path, g.to_json().unwrap()).unwrap();
+        let o = rlx(&["check", path.to_str().unwrap(), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(doc["schema"], "rlx-check");
+        assert_eq!(doc["ok"], true);
+        let reported = doc["budget"]["arena_bytes"].as_u64().unwrap() as usize;
+        let compiled = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
+        assert_eq!(reported, compiled.arena_bytes(), "graph {k}");
+        assert!(doc["budget"]["dispatches"].as_u64().unwrap() > 0);
+        let text = rlx(&["check", path.to_str().unwrap()]);
+        assert!(stdout(&text).contains("budget on cpu"));
+    }
+}
+
+#[test]
+fn check_flags_hazards_and_fails_on_bad_graphs() {
+    let dir = scratch("check-bad");
+    // 1e30 * 1e30 overflows f32 when folded: a hazard, not an error.
+    let mut g = Graph::new("hazard");
+    let x = g.input("x", DType::F32, &[2]).unwrap();
+    let big = g.constant(DType::F32, &[2], &[1e30, 1.0]).unwrap();
+    let sq = g.mul(big, big).unwrap();
+    let y = g.add(x, sq).unwrap();
+    g.set_outputs(&[y]).unwrap();
+    let path = dir.join("hazard.json");
+    std::fs::write(&path, g.to_json().unwrap()).unwrap();
+    let o = rlx(&["check", path.to_str().unwrap(), "--json"]);
+    assert!(o.status.success());
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let hazards = doc["hazards"].as_array().unwrap();
+    assert!(hazards.iter().any(|h| h.as_str().unwrap().contains("inf")), "{hazards:?}");
+    // A document whose node claims the wrong shape: an error, non-zero exit, JSON says why.
+    let text = network().to_json().unwrap().replacen(
+        "\"dims\": [\n        4,\n        4\n      ]",
+        "\"dims\": [\n        4,\n        5\n      ]",
+        1,
+    );
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, text).unwrap();
+    let o = rlx(&["check", bad.to_str().unwrap(), "--json"]);
+    assert!(!o.status.success());
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["ok"], false);
+    assert!(doc["errors"][0].as_str().unwrap().contains("node"), "{doc}");
+}

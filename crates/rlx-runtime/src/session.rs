@@ -95,6 +95,11 @@ impl CompiledGraph {
         &self.outputs
     }
 
+    /// Bytes of the arena the backend allocated for this graph's tensors.
+    pub fn arena_bytes(&self) -> usize {
+        self.executable.arena_bytes()
+    }
+
     /// f32 values converted to the param's declared dtype.
     pub fn set_param(&mut self, name: &str, values: &[f32]) -> Result<()> {
         let i = self.param_slot(name)?;

@@ -5,6 +5,7 @@
 //! [`prelude::HostTensor`]. The README's quickstart is compiled and run as a doc test of
 //! this crate.
 
+pub use rlx_compile as compile;
 pub use rlx_io as io;
 pub use rlx_ir as ir;
 pub use rlx_ir::{Error, ErrorKind, Result};

@@ -10,40 +10,68 @@ use crate::buffer::{Class, Elem};
 use rlx_ir::{DType, Error, HostTensor, Result, encode_le, f32_to_bf16, f32_to_f16};
 use std::marker::PhantomData;
 
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u8; 64]);
-
-/// Zeroed bytes, 64-byte aligned.
-pub struct Arena {
-    lines: Vec<Line>,
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with exactly this layout.
+        unsafe { std::alloc::dealloc(self.raw, self.layout) }
+    }
 }
 
+/// Zeroed bytes, 64-byte aligned. Allocated through calloc (alignment 16, then aligned up
+/// by hand: Rust's allocator memsets any zeroed allocation aligned above 16), so the OS
+/// hands out zero pages lazily: a 340 MiB arena (24 SmolLM2 blocks) costs nothing until
+/// touched, where filling it eagerly took ~450 ms.
+pub struct Arena {
+    /// The 64-byte-aligned start.
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    /// The allocation as made, for `dealloc`.
+    raw: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the arena owns its allocation; shared access is read-only and mutation goes
+// through `&mut self` (or the unsafe views whose contract the plan upholds).
+unsafe impl Send for Arena {}
+unsafe impl Sync for Arena {}
+
 impl Arena {
-    pub fn new(bytes: usize) -> Arena {
-        Arena { lines: vec![Line([0; 64]); bytes.div_ceil(64)] }
+    pub fn new(bytes: usize) -> Result<Arena> {
+        let len = bytes.next_multiple_of(64);
+        let too_big = || Error::runtime(format!("an arena of {bytes} bytes exceeds the address space"));
+        let layout =
+            std::alloc::Layout::from_size_align(len.checked_add(64).ok_or_else(too_big)?, 16).map_err(|_| too_big())?;
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        if raw.is_null() {
+            return Err(Error::runtime(format!("cannot allocate an arena of {bytes} bytes")));
+        }
+        // SAFETY: at most 63 bytes past `raw`, inside the allocation.
+        let aligned = unsafe { raw.add(raw.align_offset(64)) };
+        let ptr = std::ptr::NonNull::new(aligned).ok_or_else(|| Error::internal("arena pointer"))?;
+        Ok(Arena { ptr, len, raw, layout })
     }
 
     pub fn len(&self) -> usize {
-        self.lines.len() * 64
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
+        self.len == 0
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `Line` is 64 plain bytes with no padding.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.lines.len() * 64) }
+        // SAFETY: `len` initialized (zeroed) bytes owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, and `&mut self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.lines.len() * 64) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     pub fn base(&mut self) -> *mut u8 {
-        self.lines.as_mut_ptr().cast()
+        self.ptr.as_ptr()
     }
 
     /// Writes `t` (of `slot`'s dtype) into `slot`, widening f16/bf16 to f32 storage.

@@ -102,7 +102,7 @@ impl CpuProgram {
                 plan.slots[v].ok_or_else(|| Error::internal(format!("{} has no arena slot", schedule.describe(v))))?;
             Ok(TSlot { offset: s.offset, len: value.numel(), class: Class::for_storage(value.dtype, s.elem_bytes)? })
         };
-        let mut arena = Arena::new(plan.arena_bytes);
+        let mut arena = Arena::new(plan.arena_bytes)?;
         let (mut inputs, mut params) = (Vec::new(), Vec::new());
         for (v, value) in schedule.values.iter().enumerate() {
             if plan.slots[v].is_none() {

@@ -32,4 +32,8 @@ impl Executable for CpuProgram {
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         CpuProgram::run(self, inputs)
     }
+
+    fn arena_bytes(&self) -> usize {
+        CpuProgram::arena_bytes(self)
+    }
 }

@@ -20,4 +20,6 @@ pub trait Backend: Send + Sync {
 pub trait Executable: Send {
     fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()>;
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
+    /// Bytes of device memory the compiled graph holds for its tensors.
+    fn arena_bytes(&self) -> usize;
 }
