@@ -68,3 +68,24 @@ pub fn par_chunks<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
     let chunk = MIN_PARALLEL_ELEMS / 2;
     out.par_chunks_mut(chunk).enumerate().for_each(|(i, o)| f(i * chunk, o));
 }
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `len` elements of per-thread scratch holding stale values (callers write
+/// before they read). The buffer grows to the largest request a worker has seen and is
+/// then reused: steady-state runs allocate nothing.
+pub fn with_scratch<T: crate::buffer::Elem, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    SCRATCH.with(|cell| {
+        let mut words = cell.borrow_mut();
+        let need = (len * std::mem::size_of::<T>()).div_ceil(8);
+        if words.len() < need {
+            words.resize(need, 0);
+        }
+        // SAFETY: u64 storage is 8-aligned (enough for every Elem type), holds at least
+        // len * size_of::<T>() bytes, and every bit pattern is a valid f32/f64/integer.
+        let slice = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<T>(), len) };
+        f(slice)
+    })
+}

@@ -63,10 +63,9 @@ fn attention_typed<T: Float>(p: &AttentionPlan, q: &[T], k: &[T], v: &[T], bias:
         return;
     }
     // One task per (batch, query head): heads are independent.
-    let per_head = |bh: usize, out: &mut [T]| {
+    let per_head = |bh: usize, out: &mut [T]| crate::threads::with_scratch::<T, _>(p.skv, |scores| {
         let (b, h) = (bh / p.hq, bh % p.hq);
         let kbase = (b * p.hkv + h / group) * p.skv;
-        let mut scores = vec![T::ZERO; p.skv];
         for (i, orow) in out.chunks_exact_mut(p.dv).enumerate() {
             let qrow = &q[((b * p.hq + h) * p.sq + i) * p.d..][..p.d];
             // Keys visible to query i: all, or up to i aligned to the cache's end.
@@ -94,7 +93,7 @@ fn attention_typed<T: Float>(p: &AttentionPlan, q: &[T], k: &[T], v: &[T], bias:
                 orow.iter_mut().zip(vrow).for_each(|(o, &x)| *o += w * x);
             }
         }
-    };
+    });
     if rayon::current_num_threads() > 1 && p.b * p.hq > 1 {
         out.par_chunks_mut(head_out).enumerate().for_each(|(bh, o)| per_head(bh, o));
     } else {

@@ -14,7 +14,6 @@ use crate::buffer::Class;
 use rayon::prelude::*;
 use rlx_compile::{Region, RegionOp};
 use rlx_ir::{CompareOp, DType, Error, Result};
-use std::cell::RefCell;
 
 /// Elements per block: 256 f32 = 1 KiB per register; a 40-register region fits in L1+L2.
 pub const BLOCK: usize = 256;
@@ -35,10 +34,6 @@ impl RegionPlan {
             loads: input_dims.iter().map(|d| Broadcast::new(out_dims, &[d])).collect(),
         }
     }
-}
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Raw arena pointers, shareable across the workers of one step.
@@ -79,11 +74,7 @@ pub fn region(plan: &RegionPlan, ins: &Args, out: &mut Out) -> Result<()> {
 fn block(plan: &RegionPlan, p: Ptrs, start: usize, end: usize) {
     let n = end - start;
     let ops = &plan.region.ops;
-    SCRATCH.with(|cell| {
-        let mut regs = cell.borrow_mut();
-        if regs.len() < ops.len() * BLOCK {
-            regs.resize(ops.len() * BLOCK, 0.0); // once per worker and region size
-        }
+    crate::threads::with_scratch::<f32, _>(ops.len() * BLOCK, |regs| {
         for (r, (op, dtype)) in ops.iter().enumerate() {
             let (done, rest) = regs.split_at_mut(r * BLOCK);
             let dst = &mut rest[..n];
