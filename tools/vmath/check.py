@@ -874,35 +874,6 @@ TESTS = {
     "atan": T_atan, "tanh": T_tanh, "sigmoid": T_sigmoid, "erf": T_erf, "composite": T_composite,
 }
 
-# cheap metrics for fit.py --tune (max error on a fixed sample)
-_TS = {}
-
-
-def _tsample(key, gen):
-    if key not in _TS:
-        _TS[key] = gen()
-    return _TS[key]
-
-
-def _m(fn, ref, key, gen, kind="rel"):
-    def metric():
-        xs = _tsample(key, gen)
-        return measure(Stat(""), fn, ref, xs, kind).max
-    return metric
-
-
-_r = np.random.default_rng(7)
-TUNE_METRICS = {
-    "exp": _m(exp, np.exp, "exp", lambda: f32(_r.uniform(-87, 88, 400000))),
-    "log": _m(log, np.log, "log", lambda: np.concatenate([all_f32_between(0.5, 2.0)[::9],
-                                                          f32(_r.uniform(0, 100, 200000))])),
-    "tan": _m(tan, np.tan, "tan", lambda: f32(_r.uniform(-8, 8, 400000))),
-    "atan": _m(atan, np.arctan, "atan", lambda: f32(_r.uniform(-4, 4, 400000)), "abs"),
-    "tanh": _m(tanh, np.tanh, "tanh", lambda: f32(_r.uniform(-1, 1, 400000))),
-    "erf": _m(erf, sp.erf, "erf", lambda: f32(_r.uniform(-0.76, 0.76, 400000))),
-}
-
-
 def main():
     names = [a for a in sys.argv[1:] if not a.startswith("--")] or list(TESTS)
     print("coefficients:", {k: len(v) for k, v in C.items()})

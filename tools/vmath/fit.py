@@ -18,9 +18,8 @@ each rounding the remaining (higher-degree) coefficients are re-fitted with
 the rounded ones held fixed, so the later coefficients absorb the rounding
 error of the earlier ones.
 
-Optionally (--tune) a small greedy search perturbs each coefficient by a few
-f32 ulps and keeps changes that reduce the max error measured with the exact
-f32 simulation in check.py.
+The f32 accuracy of the complete kernels (with every rounding) is then
+measured by check.py; no further hand tuning was applied.
 
 Output: coeffs.json (name -> list of f32 values, stored as decimal strings
 that round-trip, plus the hex bit patterns).
@@ -220,37 +219,7 @@ def save(coeffs, path=os.path.join(HERE, "coeffs.json")):
         json.dump(out, fh, indent=1)
 
 
-def tune(coeffs, names, rounds=2, span=3):
-    """Greedy ulp perturbation search using the exact f32 simulation."""
-    import check
-    for name in names:
-        metric = check.TUNE_METRICS[name]
-        cs = list(coeffs[name])
-        check.set_coeffs(name, cs)
-        best = metric()
-        print("tune %-7s start %.4g" % (name, best))
-        for _ in range(rounds):
-            improved = False
-            for j in range(len(cs)):
-                base = np.float32(cs[j])
-                for d in list(range(-span, 0)) + list(range(1, span + 1)):
-                    cand = float((np.array(base).view(np.int32) + d).view(np.float32))
-                    trial = cs.copy()
-                    trial[j] = cand
-                    check.set_coeffs(name, trial)
-                    e = metric()
-                    if e < best:
-                        best, cs, improved = e, trial, True
-                check.set_coeffs(name, cs)
-            if not improved:
-                break
-        print("tune %-7s end   %.4g" % (name, best))
-        coeffs[name] = cs
-    return coeffs
-
-
 def main():
-    args = sys.argv[1:]
     coeffs = {}
     for name, fn in FITS.items():
         cs, err, err_exact = fn()
@@ -260,11 +229,6 @@ def main():
         for c in cs:
             print("        %-16s %s" % (f32repr(c), hexbits(c)))
     save(coeffs)
-    if "--tune" in args:
-        coeffs = tune(coeffs, [n for n in FITS if n in __import__("check").TUNE_METRICS])
-        save(coeffs)
-        for name, cs in coeffs.items():
-            print(name, [f32repr(c) for c in cs])
 
 
 if __name__ == "__main__":

@@ -170,29 +170,53 @@ pub fn sgemm_program_gflops(dim: usize, threads: usize) -> rlx_ir::Result<f64> {
     failed.map_or(Ok(2.0 * (dim as f64).powi(3) / secs / 1e9), Err)
 }
 
-/// The vmath functions the suite measures: (name, NumPy name, our slice kernel, libm scalar).
+/// The vmath functions the suite measures: (name, NumPy ufunc or "", our slice kernel,
+/// the libm scalar anchor).
 type VmathEntry = (&'static str, &'static str, fn(Arm, &[f32], &mut [f32]), fn(f32) -> f32);
 
-const VMATH: &[VmathEntry] = &[("exp", "exp", vmath::exp_slice, f32::exp)];
+const VMATH: &[VmathEntry] = &[
+    ("exp", "exp", vmath::exp_slice, f32::exp),
+    ("log", "log", vmath::log_slice, f32::ln),
+    ("ln_1p", "log1p", vmath::ln_1p_slice, f32::ln_1p),
+    ("tanh", "tanh", vmath::tanh_slice, f32::tanh),
+    ("sin", "sin", vmath::sin_slice, f32::sin),
+    ("cos", "cos", vmath::cos_slice, f32::cos),
+    ("tan", "tan", vmath::tan_slice, f32::tan),
+    ("atan", "arctan", vmath::atan_slice, f32::atan),
+    ("erf", "", vmath::erf_slice, libm::erff),
+    ("sigmoid", "", vmath::sigmoid_slice, |x| 1.0 / (1.0 + (-x).exp())),
+    ("gelu", "", vmath::gelu_slice, |x| 0.5 * x * libm::erfcf(-x * std::f32::consts::FRAC_1_SQRT_2)),
+    ("silu", "", vmath::silu_slice, |x| x / (1.0 + (-x).exp())),
+];
 
 /// Runs the whole suite on one thread (plus the 2-thread GEMM row) and returns its rows.
 pub fn kernel_suite(sgemm_graph: &dyn Fn(usize, usize) -> f64) -> Vec<Row> {
     let arm = Arm::best();
     let n = 1 << 20;
     let x: Vec<f32> = (0..n).map(|i| ((i % 4093) as f32 / 4093.0) * 4.0 + 0.1).collect();
-    let numpy = numpy_rates(&VMATH.iter().map(|v| v.1).collect::<Vec<_>>(), n);
+    let numpy_names: Vec<&str> = VMATH.iter().map(|v| v.1).filter(|n| !n.is_empty()).collect();
+    let numpy = numpy_rates(&numpy_names, n);
     let mut table = Vec::new();
-    for (i, &(name, _, ours, libm)) in VMATH.iter().enumerate() {
+    for &(name, numpy_name, ours, libm) in VMATH {
         let rate = melems(&x, |x, o| ours(arm, x, o));
         let scalar = melems(&x, |x, o| o.iter_mut().zip(x).for_each(|(o, &v)| *o = libm(v)));
         table.push(Row {
             name: format!("vmath {name} ({})", arm.name()),
             unit: "Melem/s",
             ours: rate,
-            anchors: vec![
-                Anchor::new("glibc scalar", Some(scalar), None),
-                Anchor::new("NumPy f32", numpy.as_ref().map(|r| r[i]), Some(1.0)),
-            ],
+            anchors: if numpy_name.is_empty() {
+                vec![Anchor::new("glibc scalar", Some(scalar), None)]
+            } else {
+                let at = numpy_names.iter().position(|n| *n == numpy_name);
+                vec![
+                    Anchor::new("glibc scalar", Some(scalar), None),
+                    Anchor::new(
+                        &format!("NumPy f32 {numpy_name}"),
+                        numpy.as_ref().zip(at).map(|(r, i)| r[i]),
+                        Some(1.0),
+                    ),
+                ]
+            },
         });
     }
 

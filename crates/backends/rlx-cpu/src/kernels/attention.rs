@@ -63,37 +63,39 @@ fn attention_typed<T: Float>(p: &AttentionPlan, q: &[T], k: &[T], v: &[T], bias:
         return;
     }
     // One task per (batch, query head): heads are independent.
-    let per_head = |bh: usize, out: &mut [T]| crate::threads::with_scratch::<T, _>(p.skv, |scores| {
-        let (b, h) = (bh / p.hq, bh % p.hq);
-        let kbase = (b * p.hkv + h / group) * p.skv;
-        for (i, orow) in out.chunks_exact_mut(p.dv).enumerate() {
-            let qrow = &q[((b * p.hq + h) * p.sq + i) * p.d..][..p.d];
-            // Keys visible to query i: all, or up to i aligned to the cache's end.
-            let visible = if p.causal { i + p.skv - p.sq + 1 } else { p.skv };
-            let mut max = T::MAX_ID;
-            for (j, s) in scores.iter_mut().enumerate().take(visible) {
-                let krow = &k[(kbase + j) * p.d..][..p.d];
-                let dot = qrow.iter().zip(krow).fold(T::ZERO, |a, (&x, &y)| a + x * y);
-                let mut score = dot * scale;
-                if let (Some(bias), Some(st)) = (bias, &p.bias_strides) {
-                    score += bias[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+    let per_head = |bh: usize, out: &mut [T]| {
+        crate::threads::with_scratch::<T, _>(p.skv, |scores| {
+            let (b, h) = (bh / p.hq, bh % p.hq);
+            let kbase = (b * p.hkv + h / group) * p.skv;
+            for (i, orow) in out.chunks_exact_mut(p.dv).enumerate() {
+                let qrow = &q[((b * p.hq + h) * p.sq + i) * p.d..][..p.d];
+                // Keys visible to query i: all, or up to i aligned to the cache's end.
+                let visible = if p.causal { i + p.skv - p.sq + 1 } else { p.skv };
+                let mut max = T::MAX_ID;
+                for (j, s) in scores.iter_mut().enumerate().take(visible) {
+                    let krow = &k[(kbase + j) * p.d..][..p.d];
+                    let dot = qrow.iter().zip(krow).fold(T::ZERO, |a, (&x, &y)| a + x * y);
+                    let mut score = dot * scale;
+                    if let (Some(bias), Some(st)) = (bias, &p.bias_strides) {
+                        score += bias[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+                    }
+                    *s = score;
+                    max = max.max_nan(score);
                 }
-                *s = score;
-                max = max.max_nan(score);
+                let mut sum = T::ZERO;
+                for s in scores.iter_mut().take(visible) {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                orow.fill(T::ZERO);
+                for (j, &s) in scores.iter().enumerate().take(visible) {
+                    let w = s / sum;
+                    let vrow = &v[(kbase + j) * p.dv..][..p.dv];
+                    orow.iter_mut().zip(vrow).for_each(|(o, &x)| *o += w * x);
+                }
             }
-            let mut sum = T::ZERO;
-            for s in scores.iter_mut().take(visible) {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            orow.fill(T::ZERO);
-            for (j, &s) in scores.iter().enumerate().take(visible) {
-                let w = s / sum;
-                let vrow = &v[(kbase + j) * p.dv..][..p.dv];
-                orow.iter_mut().zip(vrow).for_each(|(o, &x)| *o += w * x);
-            }
-        }
-    });
+        })
+    };
     if rayon::current_num_threads() > 1 && p.b * p.hq > 1 {
         out.par_chunks_mut(head_out).enumerate().for_each(|(bh, o)| per_head(bh, o));
     } else {

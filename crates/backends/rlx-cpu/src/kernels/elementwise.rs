@@ -3,7 +3,9 @@
 
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Elem, Float, Num};
+use crate::features::Arm;
 use crate::threads::par_chunks;
+use crate::vmath;
 use crate::{with_class, with_float};
 use rlx_ir::shape::{broadcast_strides, numel};
 use rlx_ir::{BinaryOp, CompareOp, DType, Error, Result, Unary};
@@ -134,7 +136,8 @@ pub fn unary(u: Unary, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     match class {
         Class::F32 => {
             let (x, out): (&[f32], &mut [f32]) = (ins.get(0)?, out_mut(out)?);
-            par_chunks(out, |start, chunk| unary_f32_slice(u, &x[start..start + chunk.len()], chunk));
+            let arm = Arm::best();
+            par_chunks(out, |start, chunk| unary_f32_slice(arm, u, &x[start..start + chunk.len()], chunk));
             Ok(())
         }
         Class::F64 => unary_float::<f64>(u, ins.get(0)?, out_mut(out)?),
@@ -162,16 +165,49 @@ fn unary_float<T: Float>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
     Ok(())
 }
 
-/// `out = u(x)` on f32: the one definition the unfused kernel and fused kernels share.
-pub fn unary_f32_slice(u: Unary, x: &[f32], out: &mut [f32]) {
-    let f = unary_fn::<f32>(u);
-    out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+/// The vmath slice kernels of `u` (transcendentals), or None for the plain-arithmetic
+/// functions and for `log`, which keeps libm's correctly rounded path: it feeds losses.
+fn vmath_kernels(u: Unary) -> Option<(vmath::SliceFn, fn(Arm, &mut [f32]))> {
+    Some(match u {
+        Unary::Exp => (vmath::exp_slice, vmath::exp_inplace),
+        Unary::Tanh => (vmath::tanh_slice, vmath::tanh_inplace),
+        Unary::Sigmoid => (vmath::sigmoid_slice, vmath::sigmoid_inplace),
+        Unary::Softplus => (vmath::softplus_slice, vmath::softplus_inplace),
+        Unary::Sin => (vmath::sin_slice, vmath::sin_inplace),
+        Unary::Cos => (vmath::cos_slice, vmath::cos_inplace),
+        Unary::Tan => (vmath::tan_slice, vmath::tan_inplace),
+        Unary::Atan => (vmath::atan_slice, vmath::atan_inplace),
+        Unary::Erf => (vmath::erf_slice, vmath::erf_inplace),
+        Unary::Ln1p => (vmath::ln_1p_slice, vmath::ln_1p_inplace),
+        Unary::Gelu => (vmath::gelu_slice, vmath::gelu_inplace),
+        Unary::GeluTanh => (vmath::gelu_tanh_slice, vmath::gelu_tanh_inplace),
+        Unary::Silu => (vmath::silu_slice, vmath::silu_inplace),
+        Unary::Mish => (vmath::mish_slice, vmath::mish_inplace),
+        Unary::LogSigmoid => (vmath::log_sigmoid_slice, vmath::log_sigmoid_inplace),
+        Unary::Neg | Unary::Abs | Unary::Log | Unary::Sqrt | Unary::Rsqrt | Unary::Recip | Unary::Relu => return None,
+    })
 }
 
-/// `v = u(v)` on f32, in place, with the same function as [`unary_f32_slice`].
-pub fn unary_f32_inplace(u: Unary, v: &mut [f32]) {
-    let f = unary_fn::<f32>(u);
-    v.iter_mut().for_each(|x| *x = f(*x));
+/// `out = u(x)` on f32: the one definition the unfused kernel and fused kernels share.
+pub fn unary_f32_slice(arm: Arm, u: Unary, x: &[f32], out: &mut [f32]) {
+    match vmath_kernels(u) {
+        Some((slice, _)) => slice(arm, x, out),
+        None => {
+            let f = unary_fn::<f32>(u);
+            out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+        }
+    }
+}
+
+/// `v = u(v)` on f32, in place, with the same functions as [`unary_f32_slice`].
+pub fn unary_f32_inplace(arm: Arm, u: Unary, v: &mut [f32]) {
+    match vmath_kernels(u) {
+        Some((_, inplace)) => inplace(arm, v),
+        None => {
+            let f = unary_fn::<f32>(u);
+            v.iter_mut().for_each(|x| *x = f(*x));
+        }
+    }
 }
 
 /// The scalar function of `u` in type `T`.

@@ -18,11 +18,12 @@ pub fn matmul_bias(plan: &MatMulPlan, act: Option<Unary>, ins: &Args, out: &mut 
     let o = out.get::<f32>(0)?;
     gemm_f32_into(plan, a, b, o)?;
     let n = plan.dims().2;
+    let arm = Arm::best();
     par_rows_mut(o, n, |rows| {
         for row in rows.chunks_exact_mut(n.max(1)) {
             row.iter_mut().zip(bias).for_each(|(o, &c)| *o += c);
             if let Some(u) = act {
-                unary_f32_inplace(u, row);
+                unary_f32_inplace(arm, u, row);
             }
         }
     });

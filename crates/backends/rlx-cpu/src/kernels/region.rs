@@ -62,7 +62,8 @@ pub fn region(plan: &RegionPlan, ins: &Args, out: &mut Out) -> Result<()> {
     }
     let ptrs = Ptrs { ins, out: out_ptr, out_class };
     let blocks = plan.len.div_ceil(BLOCK);
-    let run = |b: usize| block(plan, ptrs, b * BLOCK, ((b + 1) * BLOCK).min(plan.len));
+    let arm = crate::features::Arm::best();
+    let run = |b: usize| block(plan, ptrs, arm, b * BLOCK, ((b + 1) * BLOCK).min(plan.len));
     if plan.len >= crate::threads::MIN_PARALLEL_ELEMS && rayon::current_num_threads() > 1 {
         (0..blocks).into_par_iter().for_each(run);
     } else {
@@ -71,7 +72,7 @@ pub fn region(plan: &RegionPlan, ins: &Args, out: &mut Out) -> Result<()> {
     Ok(())
 }
 
-fn block(plan: &RegionPlan, p: Ptrs, start: usize, end: usize) {
+fn block(plan: &RegionPlan, p: Ptrs, arm: crate::features::Arm, start: usize, end: usize) {
     let n = end - start;
     let ops = &plan.region.ops;
     crate::threads::with_scratch::<f32, _>(ops.len() * BLOCK, |regs| {
@@ -81,7 +82,7 @@ fn block(plan: &RegionPlan, p: Ptrs, start: usize, end: usize) {
             let reg = |i: usize| &done[i * BLOCK..i * BLOCK + n];
             match op {
                 RegionOp::Load(k) => load(plan, p.ins, *k, start, dst),
-                RegionOp::Unary(u, a) => unary_f32_slice(*u, reg(*a), dst),
+                RegionOp::Unary(u, a) => unary_f32_slice(arm, *u, reg(*a), dst),
                 RegionOp::Binary(b, x, y) => {
                     let (x, y) = (reg(*x), reg(*y));
                     dst.iter_mut().zip(x.iter().zip(y)).for_each(|(d, (&a, &c))| *d = float_binary(*b, a, c));

@@ -1,0 +1,189 @@
+//! vmath accuracy guards: each function over sweeps of its domain against an f64 oracle,
+//! in EVERY ISA arm this host runs, with the bounds docs/vmath.md states (measured by
+//! tools/vmath/check.py on every f32 of most ranges; the bounds here are those maxima,
+//! rounded up). The portable arm returns exactly the scalar functions' bits; the FMA arms
+//! may differ in the last bits and must meet the same bounds. NaN in gives NaN out in
+//! every arm.
+
+use rlx_cpu::features::Arm;
+use rlx_cpu::vmath::{self, SLICE_FUNCTIONS};
+use rlx_oracle::Rng;
+
+/// How a function's error is measured.
+#[derive(Clone, Copy)]
+enum Measure {
+    /// |got - want| / |want|, where want is a normal f32.
+    Rel(f64),
+    /// |got - want|.
+    Abs(f64),
+    /// |got - want| / max(1, |x|).
+    AbsScaled(f64),
+}
+
+/// Inputs: uniform samples, log-uniform magnitudes of both signs, and the range edges.
+fn sweep(lo: f64, hi: f64, n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    let mut xs: Vec<f32> = (0..n).map(|_| rng.uniform(lo, hi) as f32).collect();
+    let (mag_lo, mag_hi) = (lo.abs().min(hi.abs()).max(1e-30), lo.abs().max(hi.abs()));
+    for _ in 0..n / 2 {
+        let m = (rng.uniform(mag_lo.ln(), mag_hi.ln())).exp();
+        for v in [m, -m] {
+            if v >= lo && v <= hi {
+                xs.push(v as f32);
+            }
+        }
+    }
+    xs.extend([lo as f32, hi as f32, 0.0, -0.0].into_iter().filter(|v| (*v as f64) >= lo && (*v as f64) <= hi));
+    xs
+}
+
+/// The slice kernel called `name`.
+fn kernel(name: &str) -> vmath::SliceFn {
+    SLICE_FUNCTIONS.iter().find(|f| f.0 == name).map(|f| f.1).expect("a vmath function")
+}
+
+fn check(name: &str, oracle: impl Fn(f64) -> f64, xs: &[f32], measure: Measure) {
+    for arm in Arm::available() {
+        let mut out = vec![0f32; xs.len()];
+        kernel(name.split(' ').next().unwrap())(arm, xs, &mut out);
+        check_arm(&format!("{name} ({})", arm.name()), &out, &oracle, xs, measure);
+    }
+}
+
+fn check_arm(name: &str, got: &[f32], oracle: &impl Fn(f64) -> f64, xs: &[f32], measure: Measure) {
+    let mut worst = (0.0f64, 0.0f32);
+    for (&x, &g) in xs.iter().zip(got) {
+        let (got, want) = (g as f64, oracle(x as f64));
+        let err = match measure {
+            Measure::Rel(_) if want.abs() < f32::MIN_POSITIVE as f64 => continue,
+            Measure::Rel(_) => (got - want).abs() / want.abs(),
+            Measure::Abs(_) => (got - want).abs(),
+            Measure::AbsScaled(_) => (got - want).abs() / (x.abs() as f64).max(1.0),
+        };
+        assert!(!err.is_nan(), "{name}({x:e}) = {got:e}, oracle {want:e}");
+        if err > worst.0 {
+            worst = (err, x);
+        }
+    }
+    let bound = match measure {
+        Measure::Rel(b) | Measure::Abs(b) | Measure::AbsScaled(b) => b,
+    };
+    assert!(worst.0 <= bound, "{name}: error {:e} at x = {:e} exceeds the bound {bound:e}", worst.0, worst.1);
+}
+
+fn sigmoid64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+fn softplus64(x: f64) -> f64 {
+    if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }
+}
+
+#[test]
+fn accuracy_within_documented_bounds() {
+    use Measure::*;
+    let n = 100_000;
+    check("exp", f64::exp, &sweep(-87.3, 88.72, n, 1), Rel(1.0e-7));
+    check("log", f64::ln, &sweep(2f64.powi(-30), 2f64.powi(30), n, 2), Rel(8.2e-8));
+    // Subnormal inputs, down to the smallest.
+    let subnormal: Vec<f32> = (0..20_000u32).map(|i| f32::from_bits(1 + i * 419)).collect();
+    check("log subnormal", f64::ln, &subnormal, Rel(8.2e-8));
+    check("ln_1p", f64::ln_1p, &sweep(-0.999, 1e6, n, 3), Rel(8.2e-8));
+    check("ln_1p tiny", f64::ln_1p, &sweep(-1e-4, 1e-4, n, 4), Rel(6.0e-8));
+    check("sin", f64::sin, &sweep(-1e6, 1e6, n, 5), Abs(8.3e-8));
+    check("cos", f64::cos, &sweep(-1e6, 1e6, n, 6), Abs(8.2e-8));
+    check("tan", f64::tan, &sweep(-1e4, 1e4, n, 7), Rel(1.32e-7));
+    check("atan", f64::atan, &sweep(-1e30, 1e30, n, 8), Abs(1.02e-7));
+    check("tanh", f64::tanh, &sweep(-10.0, 10.0, n, 9), Rel(1.44e-7));
+    check("sigmoid", sigmoid64, &sweep(-87.0, 88.0, n, 10), Rel(1.8e-7));
+    check("erf", rlx_oracle::erf, &sweep(-6.0, 6.0, n, 11), Abs(7.6e-8));
+    check("erf near 0", rlx_oracle::erf, &sweep(-1.0, 1.0, n, 12), Rel(9.0e-8));
+    check("erfc", rlx_oracle::erfc, &sweep(-9.1, 9.1, n, 13), Rel(3.2e-7));
+    let gelu64 = |x: f64| 0.5 * x * rlx_oracle::erfc(-x / std::f64::consts::SQRT_2);
+    check("gelu", gelu64, &sweep(-12.9, 20.0, n, 14), Rel(3.8e-7));
+    let gelu_tanh64 = |x: f64| x * sigmoid64((8.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x));
+    check("gelu_tanh", gelu_tanh64, &sweep(-20.0, 20.0, n, 15), AbsScaled(1.42e-7));
+    check("silu", |x| x * sigmoid64(x), &sweep(-20.0, 20.0, n, 16), Rel(2.4e-7));
+    check("softplus", softplus64, &sweep(-20.0, 20.0, n, 17), Rel(1.34e-7));
+    check("mish", |x| x * softplus64(x).tanh(), &sweep(-20.0, 20.0, n, 18), Rel(2.3e-7));
+    check("log_sigmoid", |x| -softplus64(-x), &sweep(-20.0, 20.0, n, 19), Rel(1.34e-7));
+}
+
+#[test]
+fn special_values() {
+    let inf = f32::INFINITY;
+    let cases: &[(&str, fn(f32) -> f32, f32, f32)] = &[
+        ("exp", vmath::exp, inf, inf),
+        ("exp", vmath::exp, -inf, 0.0),
+        ("exp", vmath::exp, 88.72, 3.3931806e38),
+        ("exp", vmath::exp, 89.0, inf),
+        ("exp", vmath::exp, -103.0, 1.3451e-45),
+        ("log", vmath::log, 0.0, -inf),
+        ("log", vmath::log, -0.0, -inf),
+        ("log", vmath::log, inf, inf),
+        ("log", vmath::log, 1.0, 0.0),
+        ("ln_1p", vmath::ln_1p, -1.0, -inf),
+        ("ln_1p", vmath::ln_1p, 1e-30, 1e-30),
+        ("tanh", vmath::tanh, 10.0, 1.0),
+        ("tanh", vmath::tanh, -inf, -1.0),
+        ("atan", vmath::atan, inf, std::f32::consts::FRAC_PI_2),
+        ("atan", vmath::atan, -inf, -std::f32::consts::FRAC_PI_2),
+        ("erf", vmath::erf, inf, 1.0),
+        ("erf", vmath::erf, -inf, -1.0),
+        ("sigmoid", vmath::sigmoid, -inf, 0.0),
+        ("sigmoid", vmath::sigmoid, inf, 1.0),
+        ("gelu", vmath::gelu, -inf, 0.0),
+        ("gelu", vmath::gelu, inf, inf),
+        ("silu", vmath::silu, -inf, 0.0),
+        ("mish", vmath::mish, -inf, 0.0),
+        ("gelu_tanh", vmath::gelu_tanh, -inf, 0.0),
+        ("softplus", vmath::softplus, inf, inf),
+        ("softplus", vmath::softplus, 100.0, 100.0),
+        ("softplus", vmath::softplus, -inf, 0.0),
+        ("log_sigmoid", vmath::log_sigmoid, -inf, -inf),
+    ];
+    for &(name, f, x, want) in cases {
+        let got = f(x);
+        let close = got == want || (got - want).abs() <= 1e-45 || (got / want - 1.0).abs() < 1e-6;
+        assert!(close, "{name}({x}) = {got:e}, want {want:e}");
+    }
+    // Sign of zero kept where the function is odd at 0.
+    for (name, f) in [
+        ("sin", vmath::sin as fn(f32) -> f32),
+        ("tan", vmath::tan),
+        ("atan", vmath::atan),
+        ("tanh", vmath::tanh),
+        ("erf", vmath::erf),
+        ("ln_1p", vmath::ln_1p),
+    ] {
+        assert!(f(-0.0).is_sign_negative() && f(-0.0) == 0.0, "{name}(-0) must be -0");
+    }
+    // Out-of-domain inputs give NaN.
+    assert!(vmath::log(-1.0).is_nan() && vmath::ln_1p(-2.0).is_nan());
+    assert!(vmath::sin(inf).is_nan() && vmath::cos(-inf).is_nan() && vmath::tan(inf).is_nan());
+}
+
+#[test]
+fn portable_arm_is_the_scalar_and_every_arm_propagates_nan() {
+    let mut xs = sweep(-120.0, 120.0, 20_003, 40); // odd length: exercises vector tails
+    let nans = [f32::NAN, -f32::NAN, f32::from_bits(0x7fc0_0001), f32::from_bits(0x7f80_0001)];
+    xs.extend(nans);
+    xs.extend([f32::INFINITY, f32::NEG_INFINITY, 1e-40, -1e-40, 0.0, -0.0]);
+    for &(name, kernel, scalar) in SLICE_FUNCTIONS {
+        let mut portable = vec![0f32; xs.len()];
+        kernel(Arm::Portable, &xs, &mut portable);
+        for (i, (&x, &p)) in xs.iter().zip(&portable).enumerate() {
+            assert_eq!(p.to_bits(), scalar(x).to_bits(), "{name}: slice and scalar differ at {i}");
+        }
+        for arm in Arm::available() {
+            let mut out = vec![0f32; xs.len()];
+            kernel(arm, &xs, &mut out);
+            for (k, &v) in out[out.len() - 10..out.len() - 6].iter().enumerate() {
+                assert!(v.is_nan(), "{name} arm {}: NaN input {k} gave {v}", arm.name());
+            }
+            // Infinities and zeros land where the portable arm puts them.
+            for (i, (&a, &p)) in out.iter().zip(&portable).enumerate().skip(out.len() - 6) {
+                assert!(a == p || (a.is_nan() && p.is_nan()), "{name} arm {}: special input {i}", arm.name());
+            }
+        }
+    }
+}
