@@ -167,7 +167,7 @@ fn unary_float<T: Float>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
 
 /// The vmath slice kernels of `u` (transcendentals), or None for the plain-arithmetic
 /// functions and for `log`, which keeps libm's correctly rounded path: it feeds losses.
-fn vmath_kernels(u: Unary) -> Option<(vmath::SliceFn, fn(Arm, &mut [f32]))> {
+fn vmath_kernels(u: Unary) -> Option<(vmath::SliceFn, vmath::InplaceFn)> {
     Some(match u {
         Unary::Exp => (vmath::exp_slice, vmath::exp_inplace),
         Unary::Tanh => (vmath::tanh_slice, vmath::tanh_inplace),

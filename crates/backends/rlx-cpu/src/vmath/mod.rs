@@ -12,6 +12,9 @@
 //! log 8.2e-8 rel, ln_1p 8.2e-8 rel, sin/cos 8.3e-8 abs for |x| <= 1e6, tan 1.3e-7 rel,
 //! atan 1.0e-7 abs, tanh 1.4e-7 rel, sigmoid 1.8e-7 rel, erf 7.5e-8 abs.
 
+// `!(x >= 0.0)` is deliberate throughout: it is true for NaN, which must take the NaN path.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 const LOG2E: f32 = f32::from_bits(0x3fb8aa3b);
 const LN2_HI: f32 = f32::from_bits(0x3f318000);
 const LN2_LO: f32 = f32::from_bits(0xb95e8083);
@@ -34,7 +37,7 @@ const FRAC_1_SQRT2: f32 = f32::from_bits(0x3f3504f3);
 const GT_K0: f32 = f32::from_bits(0x3fcc422a);
 const GT_K1: f32 = f32::from_bits(0x3d922279);
 
-const TWO_OVER_PI_D: f64 = 0.6366197723675814;
+const TWO_OVER_PI_D: f64 = std::f64::consts::FRAC_2_PI;
 const MAGIC_D: f64 = 6755399441055744.0;
 const PIO2_HI_D: f64 = f64::from_bits(0x3ff921fb54000000);
 const PIO2_LO_D: f64 = 9.920935796805404e-10;
@@ -529,6 +532,9 @@ macro_rules! slice_kernels {
 
 /// A multiversioned slice kernel: `out[i] = f(x[i])` on the given arm.
 pub type SliceFn = fn(crate::arch::Arm, &[f32], &mut [f32]);
+
+/// A multiversioned in-place kernel: `v[i] = f(v[i])` on the given arm.
+pub type InplaceFn = fn(crate::arch::Arm, &mut [f32]);
 
 slice_kernels![
     ("exp", exp, exp_with, exp_slice, exp_inplace),
