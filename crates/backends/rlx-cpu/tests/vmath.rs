@@ -111,7 +111,8 @@ fn accuracy_within_documented_bounds() {
 #[test]
 fn special_values() {
     let inf = f32::INFINITY;
-    let cases: &[(&str, fn(f32) -> f32, f32, f32)] = &[
+    type Case = (&'static str, fn(f32) -> f32, f32, f32);
+    let cases: &[Case] = &[
         ("exp", vmath::exp, inf, inf),
         ("exp", vmath::exp, -inf, 0.0),
         ("exp", vmath::exp, 88.72, 3.3931806e38),
