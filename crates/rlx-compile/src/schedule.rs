@@ -72,6 +72,9 @@ pub enum Kernel {
     Op(Op),
     /// A fused elementwise region: inputs are its loads, one output.
     Region(Region),
+    /// A matmul whose operands are stored transposed (last two axes swapped) when `ta` /
+    /// `tb`: inputs the stored operands; one output.
+    MatMulT { ta: bool, tb: bool },
     /// `act(a @ b + bias)`: inputs a, b, bias (broadcast along rows); one output.
     MatMulBias { act: Option<Unary> },
     /// `up * silu(gate)`: inputs gate, up; one output.
@@ -94,6 +97,9 @@ impl Kernel {
         match self {
             Kernel::Op(op) => op.name().to_string(),
             Kernel::Region(r) => format!("elementwise region ({} ops)", r.ops.len()),
+            Kernel::MatMulT { ta, tb } => {
+                format!("matmul ({}{})", if *ta { "a^T" } else { "a" }, if *tb { " b^T" } else { " b" })
+            }
             Kernel::MatMulBias { act } => match act {
                 Some(u) => format!("matmul+bias+{}", u.name()),
                 None => "matmul+bias".into(),

@@ -69,6 +69,7 @@ pub fn cases() -> Result<Vec<Case>> {
         l2_norm()?,
         swiglu_two_matmuls()?,
         mixed_dtypes()?,
+        transposed_matmuls()?,
     ]);
     Ok(c)
 }
@@ -220,6 +221,27 @@ fn swiglu_two_matmuls() -> Result<Case> {
     let out = g.matmul(h, wd)?;
     g.set_outputs(&[out])?;
     Case::new("swiglu_ffn", g, 64, 25, -0.5, 0.5, 1)
+}
+
+/// Matmuls reading transposed operands: batched a @ b^T (attention's q k^T), a^T @ b,
+/// and an integer a^T @ b^T.
+fn transposed_matmuls() -> Result<Case> {
+    let mut g = Graph::new("transposed_matmuls");
+    let q = g.input("q", DType::F32, &[2, 3, 5, 8])?;
+    let k = g.input("k", DType::F32, &[2, 3, 7, 8])?;
+    let kt = g.transpose(k, &[0, 1, 3, 2])?;
+    let scores = g.matmul(q, kt)?;
+    let a = g.input("a", DType::F32, &[9, 6])?;
+    let b = g.input("b", DType::F32, &[9, 4])?;
+    let at = g.transpose(a, &[1, 0])?;
+    let atb = g.matmul(at, b)?;
+    let i = g.input("i", DType::I32, &[4, 3])?;
+    let j = g.input("j", DType::I32, &[5, 4])?;
+    let it = g.transpose(i, &[1, 0])?;
+    let jt = g.transpose(j, &[1, 0])?;
+    let ij = g.matmul(it, jt)?;
+    g.set_outputs(&[scores, atb, ij])?;
+    Case::new("transposed_matmuls", g, 9, 27, -1.0, 1.0, 10)
 }
 
 /// bf16 and f16 chains, a cast back to f32, and an integer path beside them.

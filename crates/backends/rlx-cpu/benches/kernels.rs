@@ -40,7 +40,7 @@ fn main() {
     let a: Vec<f32> = x[..dim * dim].to_vec();
     let mut cm = vec![0f32; dim * dim];
     g.bench_function("512^3 (gemm crate, 1 thread)", |b| {
-        b.iter(|| f32::gemm(dim, dim, dim, black_box(&a), &a, &mut cm, 1))
+        b.iter(|| f32::gemm_rows(dim, dim, dim, black_box(&a), &a, &mut cm, 1))
     });
     g.finish();
     c.final_summary();

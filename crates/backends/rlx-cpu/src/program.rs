@@ -8,6 +8,7 @@
 
 use crate::arena::{Arena, Args, Out, TSlot};
 use crate::buffer::Class;
+use crate::features::Arm;
 use crate::kernels::{
     attention, conv, elementwise, elementwise::Broadcast, fused, gather, kv_cache, layout, loss, matmul, norm, reduce,
     reduce::AxisSplit, region, rope, softmax,
@@ -63,6 +64,8 @@ struct Thunk {
     class: Class,
     /// The output overwrites an input (the planner proved that input dead here).
     in_place: bool,
+    /// The ISA arm multiversioned kernels run, resolved at compile.
+    arm: Arm,
     /// What this thunk computes, for error messages.
     label: String,
 }
@@ -142,6 +145,7 @@ impl CpuProgram {
                 outs,
                 out_dtypes: step.outputs.iter().map(|&v| schedule.values[v].dtype).collect(),
                 in_place: plan.in_place.iter().any(|&(s, _)| s == i),
+                arm: Arm::best(),
                 label: format!("{} -> {}", step.kernel.name(), schedule.describe(step.outputs[0])),
             });
         }
@@ -296,11 +300,17 @@ fn resolve(
             let input_dims: Vec<&[usize]> = ins.iter().map(|(_, d)| *d).collect();
             Kernel::Region(region::RegionPlan::new(r, out, &input_dims))
         }
-        StepKernel::MatMulBias { act } => {
-            Kernel::MatMulBias { plan: matmul::MatMulPlan::new(dims(0), dims(1), out, threads), act: *act }
-        }
+        StepKernel::MatMulBias { act } => Kernel::MatMulBias {
+            plan: matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads),
+            act: *act,
+        },
         StepKernel::SwiGlu => Kernel::SwiGlu,
-        StepKernel::SwiGluMatMul => Kernel::SwiGluMatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, threads)),
+        StepKernel::SwiGluMatMul => {
+            Kernel::SwiGluMatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads))
+        }
+        StepKernel::MatMulT { ta, tb } => {
+            Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, *ta, *tb, threads))
+        }
         StepKernel::AddNorm { rms, eps, gamma, beta, .. } => {
             Kernel::AddNorm { rms: *rms, eps: eps.0, len: last(0), gamma: *gamma, beta: *beta }
         }
@@ -331,7 +341,7 @@ fn plan(
         Op::Where => Kernel::Where(Broadcast::new(out, &all_dims())),
         Op::Unary(u) => Kernel::Unary(*u),
         Op::Cast { to } => Kernel::Cast { from: ins[0].0, to: *to },
-        Op::MatMul => Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, threads)),
+        Op::MatMul => Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads)),
         Op::Reduce { op, axes, .. } => Kernel::Reduce(reduce::ReducePlan::new(*op, dims(0), axes)),
         Op::ArgMax { axis, .. } => Kernel::ArgMax(AxisSplit::new(dims(0), *axis)),
         Op::Softmax { axis } => Kernel::Softmax { split: AxisSplit::new(dims(0), *axis), log: false },
@@ -393,18 +403,18 @@ fn plan(
 }
 
 fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
-    let class = t.class;
+    let (class, arm) = (t.class, t.arm);
     match &t.kernel {
         Kernel::Binary(op, bc) => elementwise::binary(*op, class, bc, ins, out),
         Kernel::Compare(op, bc) => elementwise::compare(*op, class, bc, ins, out),
         Kernel::Where(bc) => elementwise::where_(class, bc, ins, out),
-        Kernel::Unary(u) => elementwise::unary(*u, class, ins, out),
+        Kernel::Unary(u) => elementwise::unary(*u, class, arm, ins, out),
         Kernel::Cast { from, to } => elementwise::cast(*from, *to, ins, out),
         Kernel::MatMul(p) => matmul::matmul(p, class, ins, out),
         Kernel::Reduce(p) => reduce::reduce(p, class, ins, out),
         Kernel::ArgMax(s) => reduce::argmax(s, class, ins, out),
-        Kernel::Softmax { split, log } => softmax::softmax(split, *log, class, ins, out),
-        Kernel::Norm(p) => norm::norm(p, class, ins, out),
+        Kernel::Softmax { split, log } => softmax::softmax(split, *log, class, arm, ins, out),
+        Kernel::Norm(p) => norm::norm(p, class, arm, ins, out),
         Kernel::Copy => layout::copy(class, ins, out),
         Kernel::Strided(p) => layout::strided_copy(p, class, ins, out),
         Kernel::Concat(p) => layout::concat(p, class, ins, out),
@@ -415,12 +425,14 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         Kernel::Attention(p) => attention::attention(p, class, ins, out),
         Kernel::Rope(p) => rope::rope(p, class, ins, out),
         Kernel::KvAppend(p) => kv_cache::kv_append(p, class, t.in_place, ins, out),
-        Kernel::Region(p) => region::region(p, ins, out),
-        Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, ins, out),
-        Kernel::SwiGlu => fused::swiglu(ins, out),
-        Kernel::SwiGluMatMul(p) => fused::swiglu_matmul(p, ins, out),
-        Kernel::AddNorm { rms, eps, len, gamma, beta } => fused::add_norm(*rms, *eps, *len, *gamma, *beta, ins, out),
-        Kernel::RmsNormMulSilu { eps, len, gamma } => fused::rms_norm_mul_silu(*eps, *len, *gamma, ins, out),
-        Kernel::L2Norm { eps, rsqrt, len } => fused::l2_norm(*eps, *rsqrt, *len, ins, out),
+        Kernel::Region(p) => region::region(p, arm, ins, out),
+        Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, arm, ins, out),
+        Kernel::SwiGlu => fused::swiglu(arm, ins, out),
+        Kernel::SwiGluMatMul(p) => fused::swiglu_matmul(p, arm, ins, out),
+        Kernel::AddNorm { rms, eps, len, gamma, beta } => {
+            fused::add_norm(*rms, *eps, *len, *gamma, *beta, arm, ins, out)
+        }
+        Kernel::RmsNormMulSilu { eps, len, gamma } => fused::rms_norm_mul_silu(*eps, *len, *gamma, arm, ins, out),
+        Kernel::L2Norm { eps, rsqrt, len } => fused::l2_norm(*eps, *rsqrt, *len, arm, ins, out),
     }
 }

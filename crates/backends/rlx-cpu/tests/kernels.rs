@@ -138,7 +138,7 @@ fn gemm_matches_f64_and_openblas() {
         let a = data(m * k, 11, -1.0, 1.0);
         let b = data(k * n, 12, -1.0, 1.0);
         let mut c = vec![f32::NAN; m * n];
-        f32::gemm(m, k, n, &a, &b, &mut c, 1);
+        f32::gemm_rows(m, k, n, &a, &b, &mut c, 1);
         let mut want = vec![0f64; m * n];
         let mut mag = vec![0f64; m * n];
         for i in 0..m {
@@ -151,6 +151,14 @@ fn gemm_matches_f64_and_openblas() {
             }
         }
         assert_close("gemm vs f64", &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
+        // The same product read through transposed storage: a^T stored [k, m], b^T [n, k].
+        let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+        let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+        let mut ct = vec![f32::NAN; m * n];
+        f32::gemm(m, k, n, &at, (1, m), &bt, (1, k), &mut ct, 1);
+        assert_close("gemm with transposed operands vs f64", &ct, &want, |i| {
+            (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30
+        });
         let mut blas = vec![0f32; m * n];
         if rlx_cpu::blas::sgemm(m, k, n, &a, &b, &mut blas, 1) {
             let blas64: Vec<f64> = blas.iter().map(|&v| v as f64).collect();

@@ -47,6 +47,7 @@ pub fn fuse(s: &mut Schedule, limits: &FusionLimits, log: &mut Vec<String>) -> R
     if limits.patterns {
         passes.extend([
             ("matmul_bias_act", patterns::matmul_bias_act as PassFn),
+            ("transpose_matmul", patterns::transpose_matmul),
             ("swiglu", patterns::swiglu),
             ("add_norm", patterns::add_norm),
             ("rms_norm_mul_silu", patterns::rms_norm_mul_silu),

@@ -97,6 +97,59 @@ pub fn matmul_bias_act(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>
     Ok(())
 }
 
+/// A transpose of the last two axes feeding a matmul: the matmul reads the transposed
+/// operand with swapped strides instead (K^T in attention, B^T in gradients).
+pub fn transpose_matmul(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>) -> Result<()> {
+    let f = Facts::of(s);
+    let mut matches = Vec::new();
+    for (i, step) in s.steps.iter().enumerate() {
+        let Kernel::Op(Op::MatMul) = &step.kernel else { continue };
+        let anchor = format!("anchor step {i} ({})", s.describe(step.outputs[0]));
+        let mut window = vec![i];
+        let mut inputs = step.inputs.clone();
+        let mut flags = [false; 2];
+        for k in 0..2 {
+            let v = step.inputs[k];
+            let Some((ts, Op::Transpose { perm })) = f.producer_op(s, v) else { continue };
+            let r = perm.len();
+            let swaps_last_two = r >= 2
+                && perm[..r - 2].iter().enumerate().all(|(a, &p)| a == p)
+                && perm[r - 2] == r - 1
+                && perm[r - 1] == r - 2;
+            if !swaps_last_two {
+                continue;
+            }
+            let mut w = window.clone();
+            w.push(ts);
+            match f.absorb_blocker(s, v, &w) {
+                Some(why) => log.push(format!("{anchor}: kept transpose of operand {k}, {why}")),
+                None => {
+                    window.push(ts);
+                    inputs[k] = s.steps[ts].inputs[0];
+                    flags[k] = true;
+                }
+            }
+        }
+        if window.len() == 1 {
+            continue;
+        }
+        log.push(format!("{anchor}: fused transpose into matmul (a^T {}, b^T {})", flags[0], flags[1]));
+        window.sort_unstable();
+        matches.push(Match {
+            step: Step {
+                kernel: Kernel::MatMulT { ta: flags[0], tb: flags[1] },
+                inputs,
+                outputs: step.outputs.clone(),
+                temps: Vec::new(),
+                nodes: nodes(s, &window),
+            },
+            window,
+        });
+    }
+    apply(s, matches);
+    Ok(())
+}
+
 /// `up * silu(gate)`, and the two-matmul form `(x @ wu) * silu(x @ wg)`.
 pub fn swiglu(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>) -> Result<()> {
     let f = Facts::of(s);

@@ -106,6 +106,17 @@ fn pattern_fusions_fire_where_legal() {
     // A reshape after the norm is folded, keeping the reshape's rank for the gather.
     let folded = fused_kernels("rms_norm_reshape_gather");
     assert!(!folded.iter().any(|k| matches!(k, Kernel::Op(Op::Reshape { .. }))), "{folded:?}");
+    // Transposes of the last two axes are read through strides, not copied.
+    let tm = fused_kernels("transposed_matmuls");
+    let flags: Vec<(bool, bool)> = tm
+        .iter()
+        .filter_map(|k| match k {
+            Kernel::MatMulT { ta, tb } => Some((*ta, *tb)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(flags, vec![(false, true), (true, false), (true, true)], "{tm:?}");
+    assert!(!tm.iter().any(|k| matches!(k, Kernel::Op(Op::Transpose { .. }))));
     // The block fuses its FFN and its norms.
     let block = fused_kernels("transformer_block");
     assert!(block.iter().any(|k| matches!(k, Kernel::SwiGluMatMul)), "{block:?}");

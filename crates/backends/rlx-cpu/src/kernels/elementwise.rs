@@ -132,11 +132,10 @@ pub fn where_(class: Class, bc: &Broadcast, ins: &Args, out: &mut Out) -> Result
     })
 }
 
-pub fn unary(u: Unary, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn unary(u: Unary, class: Class, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     match class {
         Class::F32 => {
             let (x, out): (&[f32], &mut [f32]) = (ins.get(0)?, out_mut(out)?);
-            let arm = Arm::best();
             par_chunks(out, |start, chunk| unary_f32_slice(arm, u, &x[start..start + chunk.len()], chunk));
             Ok(())
         }

@@ -13,12 +13,11 @@ use rayon::prelude::*;
 use rlx_ir::{Result, Unary};
 
 /// `act(a @ b + bias)`, bias broadcast along rows of `n`.
-pub fn matmul_bias(plan: &MatMulPlan, act: Option<Unary>, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn matmul_bias(plan: &MatMulPlan, act: Option<Unary>, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     let (a, b, bias): (&[f32], &[f32], &[f32]) = (ins.get(0)?, ins.get(1)?, ins.get(2)?);
     let o = out.get::<f32>(0)?;
     gemm_f32_into(plan, a, b, o)?;
     let n = plan.dims().2;
-    let arm = Arm::best();
     par_rows_mut(o, n, |rows| {
         for row in rows.chunks_exact_mut(n.max(1)) {
             row.iter_mut().zip(bias).for_each(|(o, &c)| *o += c);
@@ -31,10 +30,9 @@ pub fn matmul_bias(plan: &MatMulPlan, act: Option<Unary>, ins: &Args, out: &mut 
 }
 
 /// `up * silu(gate)`.
-pub fn swiglu(ins: &Args, out: &mut Out) -> Result<()> {
+pub fn swiglu(arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     let (gate, up): (&[f32], &[f32]) = (ins.get(0)?, ins.get(1)?);
     let o = out.get::<f32>(0)?;
-    let arm = Arm::best();
     par_chunks(o, |start, chunk| {
         let end = start + chunk.len();
         rows::swiglu_rows(arm, &gate[start..end], &up[start..end], chunk)
@@ -43,12 +41,11 @@ pub fn swiglu(ins: &Args, out: &mut Out) -> Result<()> {
 }
 
 /// `(x @ wu) * silu(x @ wg)`; output 1 is the planner's scratch for `x @ wg`.
-pub fn swiglu_matmul(plan: &MatMulPlan, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn swiglu_matmul(plan: &MatMulPlan, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     let (x, wg, wu): (&[f32], &[f32], &[f32]) = (ins.get(0)?, ins.get(1)?, ins.get(2)?);
     let (o, gate) = out.pair::<f32>(0, 1)?;
     gemm_f32_into(plan, x, wg, gate)?;
     gemm_f32_into(plan, x, wu, o)?;
-    let arm = Arm::best();
     par_chunks(o, |start, chunk| rows::swiglu_inplace(arm, &gate[start..start + chunk.len()], chunk));
     Ok(())
 }
@@ -64,11 +61,19 @@ fn par_row_pairs(a: &mut [f32], b: &mut [f32], len: usize, f: impl Fn(usize, &mu
 
 /// Norm of `a + b` over rows of `len`; output 1 receives the sum (emitted, or scratch).
 #[allow(clippy::too_many_arguments)]
-pub fn add_norm(rms: bool, eps: f32, len: usize, gamma: bool, beta: bool, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn add_norm(
+    rms: bool,
+    eps: f32,
+    len: usize,
+    gamma: bool,
+    beta: bool,
+    arm: Arm,
+    ins: &Args,
+    out: &mut Out,
+) -> Result<()> {
     let (a, b): (&[f32], &[f32]) = (ins.get(0)?, ins.get(1)?);
     let g: Option<&[f32]> = if gamma { Some(ins.get(2)?) } else { None };
     let bt: Option<&[f32]> = if beta { Some(ins.get(2 + gamma as usize)?) } else { None };
-    let arm = Arm::best();
     let (o, sum) = out.pair::<f32>(0, 1)?;
     par_row_pairs(o, sum, len, |start, o, sum| {
         let end = start + o.len();
@@ -78,11 +83,10 @@ pub fn add_norm(rms: bool, eps: f32, len: usize, gamma: bool, beta: bool, ins: &
 }
 
 /// `rms_norm(x) * gamma * silu(z)`; output 1, when present, receives silu(z).
-pub fn rms_norm_mul_silu(eps: f32, len: usize, gamma: bool, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn rms_norm_mul_silu(eps: f32, len: usize, gamma: bool, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     let x: &[f32] = ins.get(0)?;
     let g: Option<&[f32]> = if gamma { Some(ins.get(1)?) } else { None };
     let z: &[f32] = ins.get(1 + gamma as usize)?;
-    let arm = Arm::best();
     if out.len() > 1 {
         let (o, s) = out.pair::<f32>(0, 1)?;
         par_row_pairs(o, s, len, |start, o, s| {
@@ -99,9 +103,8 @@ pub fn rms_norm_mul_silu(eps: f32, len: usize, gamma: bool, ins: &Args, out: &mu
 }
 
 /// `x / sqrt(sum(x^2) + eps)` per row; output 1, when present, receives the denominator.
-pub fn l2_norm(eps: f32, rsqrt: bool, len: usize, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn l2_norm(eps: f32, rsqrt: bool, len: usize, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     let x: &[f32] = ins.get(0)?;
-    let arm = Arm::best();
     if out.len() > 1 {
         let (o, d) = out.pair::<f32>(0, 1)?;
         rows::l2_norm_rows(arm, x, o, Some(d), len, eps, rsqrt);

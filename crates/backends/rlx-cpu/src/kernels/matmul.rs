@@ -5,6 +5,9 @@
 //! at 1024^3 on one thread, ~172 GFLOP/s against OpenBLAS 0.3.21's ~164 and
 //! matrixmultiply's ~150. Integer matmuls keep the plain loop (exact, wrapping).
 //!
+//! Either operand may be stored transposed (the compiler folds a transpose of the last
+//! two axes into the matmul): the plan then reads it with swapped strides.
+//!
 //! Threads split either the batch (many small matrices, each on one thread) or one large
 //! product by output tiles; neither changes any element's accumulation order, so the
 //! result is bit-identical for every thread count.
@@ -23,6 +26,9 @@ pub struct MatMulPlan {
     n: usize,
     /// Per output batch entry, the element offsets of its `a` and `b` matrices.
     batches: Vec<(usize, usize)>,
+    /// Element (row, column) strides of the logical `a [m, k]` and `b [k, n]`.
+    a_strides: (usize, usize),
+    b_strides: (usize, usize),
     threads: usize,
 }
 
@@ -31,9 +37,12 @@ pub struct MatMulPlan {
 const MIN_PARALLEL_MACS: usize = 1 << 18;
 
 impl MatMulPlan {
-    pub fn new(a: &[usize], b: &[usize], out: &[usize], threads: usize) -> MatMulPlan {
+    /// Plan for operands stored with dims `a` and `b`; `ta` / `tb` say an operand is stored
+    /// as the transpose (last two axes swapped) of what the product reads.
+    pub fn new(a: &[usize], b: &[usize], out: &[usize], ta: bool, tb: bool, threads: usize) -> MatMulPlan {
         let (ra, rb, ro) = (a.len(), b.len(), out.len());
-        let (m, k, n) = (a[ra - 2], a[ra - 1], b[rb - 1]);
+        let (m, k) = if ta { (a[ra - 1], a[ra - 2]) } else { (a[ra - 2], a[ra - 1]) };
+        let n = if tb { b[rb - 2] } else { b[rb - 1] };
         let batch_dims = &out[..ro - 2];
         // Strides in units of whole matrices, 0 along broadcast batch axes.
         let sa = broadcast_strides(&a[..ra - 2], batch_dims);
@@ -52,7 +61,9 @@ impl MatMulPlan {
                 index[axis] = 0;
             }
         }
-        MatMulPlan { m, k, n, batches, threads }
+        let a_strides = if ta { (1, m) } else { (k, 1) };
+        let b_strides = if tb { (1, k) } else { (n, 1) };
+        MatMulPlan { m, k, n, batches, a_strides, b_strides, threads }
     }
 
     /// (m, k, n) and the number of products.
@@ -89,15 +100,16 @@ fn gemm_batched<T: Gemm>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> 
         }
     }
     let macs = mk * n;
+    let (sa, sb) = (plan.a_strides, plan.b_strides);
     let parallel_batches = plan.threads > 1 && plan.batches.len() >= plan.threads && macs < MIN_PARALLEL_MACS * 4;
     if parallel_batches && plan.batches.len() * mn >= MIN_PARALLEL_ELEMS / 8 {
         out.par_chunks_mut(mn).zip(plan.batches.par_iter()).for_each(|(c, &(oa, ob))| {
-            T::gemm(m, k, n, &a[oa..oa + mk], &b[ob..ob + kn], c, 1);
+            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, 1);
         });
     } else {
         let threads = if macs >= MIN_PARALLEL_MACS { plan.threads } else { 1 };
         for (c, &(oa, ob)) in out.chunks_mut(mn).zip(&plan.batches) {
-            T::gemm(m, k, n, &a[oa..oa + mk], &b[ob..ob + kn], c, threads);
+            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, threads);
         }
     }
     Ok(())
@@ -105,19 +117,52 @@ fn gemm_batched<T: Gemm>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> 
 
 /// A float type the `gemm` crate multiplies.
 pub trait Gemm: Copy + Send + Sync + 'static {
-    /// `c = a b` for row-major `a [m, k]`, `b [k, n]`, `c [m, n]` (slices of exactly those
-    /// sizes), on `threads` workers of the current pool.
-    fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self], threads: usize);
+    /// `c = a b` for `a [m, k]` and `b [k, n]` read with (row, column) element strides
+    /// `sa` / `sb` from slices of exactly m*k and k*n elements (row-major is `(k, 1)` and
+    /// `(n, 1)`; a transposed operand swaps them), into row-major `c [m, n]`, on `threads`
+    /// workers of the current pool.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: &[Self],
+        sa: (usize, usize),
+        b: &[Self],
+        sb: (usize, usize),
+        c: &mut [Self],
+        threads: usize,
+    );
+
+    /// Row-major `c = a b`.
+    fn gemm_rows(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self], threads: usize) {
+        Self::gemm(m, k, n, a, (k, 1), b, (n, 1), c, threads)
+    }
+}
+
+/// Whether `(rs, cs)` strides address a `rows x cols` matrix inside `len` elements.
+fn fits(rows: usize, cols: usize, (rs, cs): (usize, usize), len: usize) -> bool {
+    rows == 0 || cols == 0 || (rows - 1) * rs + (cols - 1) * cs < len
 }
 
 macro_rules! impl_gemm {
     ($t:ty) => {
         impl Gemm for $t {
-            fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self], threads: usize) {
-                assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n, "gemm operand sizes");
+            fn gemm(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: &[Self],
+                sa: (usize, usize),
+                b: &[Self],
+                sb: (usize, usize),
+                c: &mut [Self],
+                threads: usize,
+            ) {
+                assert!(fits(m, k, sa, a.len()) && fits(k, n, sb, b.len()) && c.len() == m * n, "gemm operand sizes");
                 let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-                // SAFETY: the slices hold exactly m*k, k*n and m*n elements (checked above),
-                // and the strides (row stride = row length, column stride 1) stay inside them.
+                // SAFETY: every element the strides address lies inside the slices (checked
+                // above); c is row-major m x n.
                 unsafe {
                     gemm::gemm(
                         m,
@@ -128,11 +173,11 @@ macro_rules! impl_gemm {
                         n as isize,
                         false,
                         a.as_ptr(),
-                        1,
-                        k as isize,
+                        sa.1 as isize,
+                        sa.0 as isize,
                         b.as_ptr(),
-                        1,
-                        n as isize,
+                        sb.1 as isize,
+                        sb.0 as isize,
                         0.0,
                         1.0,
                         false,
@@ -150,17 +195,16 @@ impl_gemm!(f64);
 
 /// out[i, j] = sum over p in increasing order of a[i, p] * b[p, j], wrapping.
 fn loops<T: Num>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
-    let MatMulPlan { m, k, n, .. } = *plan;
+    let MatMulPlan { m, k, n, a_strides: (ars, acs), b_strides: (brs, bcs), .. } = *plan;
     for (bi, &(oa, ob)) in plan.batches.iter().enumerate() {
         let c = &mut out[bi * m * n..(bi + 1) * m * n];
         c.fill(T::ZERO);
         for i in 0..m {
             let row = &mut c[i * n..(i + 1) * n];
             for p in 0..k {
-                let aip = a[oa + i * k + p];
-                let brow = &b[ob + p * n..ob + (p + 1) * n];
-                for (o, &bpj) in row.iter_mut().zip(brow) {
-                    *o = o.add(aip.mul(bpj));
+                let aip = a[oa + i * ars + p * acs];
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = o.add(aip.mul(b[ob + p * brs + j * bcs]));
                 }
             }
         }

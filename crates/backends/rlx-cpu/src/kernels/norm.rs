@@ -17,12 +17,12 @@ pub struct NormPlan {
     pub beta: bool,
 }
 
-pub fn norm(plan: &NormPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn norm(plan: &NormPlan, class: Class, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     if class == Class::F32 {
         let x: &[f32] = ins.get(0)?;
         let gamma: Option<&[f32]> = if plan.gamma { Some(ins.get(1)?) } else { None };
         let beta: Option<&[f32]> = if plan.beta { Some(ins.get(1 + plan.gamma as usize)?) } else { None };
-        let (arm, len, eps) = (Arm::best(), plan.row_len, plan.eps);
+        let (len, eps) = (plan.row_len, plan.eps);
         par_rows(x, out_mut(out)?, len, |_, x, o| {
             if plan.rms {
                 rows::rms_norm_rows(arm, x, o, len, eps, gamma)

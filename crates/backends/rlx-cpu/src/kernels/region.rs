@@ -48,7 +48,7 @@ struct Ptrs<'a> {
 unsafe impl Send for Ptrs<'_> {}
 unsafe impl Sync for Ptrs<'_> {}
 
-pub fn region(plan: &RegionPlan, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn region(plan: &RegionPlan, arm: crate::features::Arm, ins: &Args, out: &mut Out) -> Result<()> {
     let out_class = out.slot(0)?.class;
     let out_ptr: *mut u8 = match out_class {
         Class::F32 => out.ptr::<f32>(0)?.cast(),
@@ -62,7 +62,6 @@ pub fn region(plan: &RegionPlan, ins: &Args, out: &mut Out) -> Result<()> {
     }
     let ptrs = Ptrs { ins, out: out_ptr, out_class };
     let blocks = plan.len.div_ceil(BLOCK);
-    let arm = crate::features::Arm::best();
     let run = |b: usize| block(plan, ptrs, arm, b * BLOCK, ((b + 1) * BLOCK).min(plan.len));
     if plan.len >= crate::threads::MIN_PARALLEL_ELEMS && rayon::current_num_threads() > 1 {
         (0..blocks).into_par_iter().for_each(run);

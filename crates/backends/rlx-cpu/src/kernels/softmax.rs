@@ -9,11 +9,11 @@ use crate::threads::par_rows;
 use crate::with_float;
 use rlx_ir::Result;
 
-pub fn softmax(split: &AxisSplit, log: bool, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+pub fn softmax(split: &AxisSplit, log: bool, class: Class, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
     if class == Class::F32 && split.inner == 1 {
         // Contiguous rows: the multiversioned row kernels, arm chosen once per call.
         let (x, out): (&[f32], &mut [f32]) = (ins.get(0)?, out_mut(out)?);
-        let (arm, len) = (Arm::best(), split.len);
+        let len = split.len;
         par_rows(x, out, len, |_, x, o| {
             if log { rows::log_softmax_rows(arm, x, o, len) } else { rows::softmax_rows(arm, x, o, len) }
         });
