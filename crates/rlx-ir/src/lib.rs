@@ -9,6 +9,7 @@ mod dtype;
 mod error;
 mod graph;
 mod json;
+pub mod quant;
 pub mod ops;
 pub mod shape;
 mod tensor;
@@ -19,6 +20,7 @@ pub use dtype::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use graph::{Graph, Node, NodeId};
+pub use quant::QuantScheme;
 pub use json::{FORMAT_NAME, FORMAT_VERSION, base64_decode, base64_encode};
 pub use ops::{
     AttentionMask, BinaryOp, CompareOp, Conv2dParams, F32Attr, MaskKind, Op, PoolParams, ReduceOp, RopeStyle, Unary,

@@ -1,0 +1,406 @@
+//! Block-quantized weight formats (the GGML/GGUF family): layouts, reference
+//! dequantization and encoders.
+//!
+//! A quantized row of `k` values is `k / block_size` blocks of `block_bytes` bytes. Layouts
+//! follow ggml (facts cross-checked against the `gguf` Python package's quants.py by the
+//! fixtures in crates/rlx-gguf/tests/fixtures). This module is the reference; the CPU
+//! backend has fused fast paths checked against it and against f64 decoders in tests.
+
+use crate::{Error, Result};
+use half::f16;
+use serde::{Deserialize, Serialize};
+
+/// Elements per K-quant super-block.
+pub const QK_K: usize = 256;
+
+/// A weight storage scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuantScheme {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+    Q8K,
+}
+
+impl QuantScheme {
+    pub const ALL: [QuantScheme; 14] = [
+        QuantScheme::F32,
+        QuantScheme::F16,
+        QuantScheme::BF16,
+        QuantScheme::Q4_0,
+        QuantScheme::Q4_1,
+        QuantScheme::Q5_0,
+        QuantScheme::Q5_1,
+        QuantScheme::Q8_0,
+        QuantScheme::Q2K,
+        QuantScheme::Q3K,
+        QuantScheme::Q4K,
+        QuantScheme::Q5K,
+        QuantScheme::Q6K,
+        QuantScheme::Q8K,
+    ];
+
+    /// ggml's type id (the GGUF tensor-info field).
+    pub fn ggml_type(self) -> u32 {
+        match self {
+            QuantScheme::F32 => 0,
+            QuantScheme::F16 => 1,
+            QuantScheme::Q4_0 => 2,
+            QuantScheme::Q4_1 => 3,
+            QuantScheme::Q5_0 => 6,
+            QuantScheme::Q5_1 => 7,
+            QuantScheme::Q8_0 => 8,
+            QuantScheme::Q2K => 10,
+            QuantScheme::Q3K => 11,
+            QuantScheme::Q4K => 12,
+            QuantScheme::Q5K => 13,
+            QuantScheme::Q6K => 14,
+            QuantScheme::Q8K => 15,
+            QuantScheme::BF16 => 30,
+        }
+    }
+
+    pub fn from_ggml_type(t: u32) -> Option<QuantScheme> {
+        QuantScheme::ALL.into_iter().find(|s| s.ggml_type() == t)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantScheme::F32 => "F32",
+            QuantScheme::F16 => "F16",
+            QuantScheme::BF16 => "BF16",
+            QuantScheme::Q4_0 => "Q4_0",
+            QuantScheme::Q4_1 => "Q4_1",
+            QuantScheme::Q5_0 => "Q5_0",
+            QuantScheme::Q5_1 => "Q5_1",
+            QuantScheme::Q8_0 => "Q8_0",
+            QuantScheme::Q2K => "Q2_K",
+            QuantScheme::Q3K => "Q3_K",
+            QuantScheme::Q4K => "Q4_K",
+            QuantScheme::Q5K => "Q5_K",
+            QuantScheme::Q6K => "Q6_K",
+            QuantScheme::Q8K => "Q8_K",
+        }
+    }
+
+    /// Values per block.
+    pub fn block_size(self) -> usize {
+        match self {
+            QuantScheme::F32 | QuantScheme::F16 | QuantScheme::BF16 => 1,
+            QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q8_0 => 32,
+            _ => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QuantScheme::F32 => 4,
+            QuantScheme::F16 | QuantScheme::BF16 => 2,
+            QuantScheme::Q4_0 => 18,
+            QuantScheme::Q4_1 => 20,
+            QuantScheme::Q5_0 => 22,
+            QuantScheme::Q5_1 => 24,
+            QuantScheme::Q8_0 => 34,
+            QuantScheme::Q2K => 84,
+            QuantScheme::Q3K => 110,
+            QuantScheme::Q4K => 144,
+            QuantScheme::Q5K => 176,
+            QuantScheme::Q6K => 210,
+            QuantScheme::Q8K => 292,
+        }
+    }
+
+    /// Bytes of a row of `k` values, or an error when `k` is not a whole number of blocks.
+    pub fn row_bytes(self, k: usize) -> Result<usize> {
+        if !k.is_multiple_of(self.block_size()) {
+            return Err(Error::shape(format!("{} rows need a multiple of {} values, got {k}", self.name(), self.block_size())));
+        }
+        Ok(k / self.block_size() * self.block_bytes())
+    }
+
+    /// Schemes `quantize` can encode.
+    pub fn can_encode(self) -> bool {
+        matches!(
+            self,
+            QuantScheme::F32
+                | QuantScheme::F16
+                | QuantScheme::BF16
+                | QuantScheme::Q8_0
+                | QuantScheme::Q4_0
+                | QuantScheme::Q4_1
+                | QuantScheme::Q4K
+                | QuantScheme::Q6K
+        )
+    }
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// Decodes `bytes` (whole blocks) into `out` (`blocks * block_size` values).
+pub fn dequantize(scheme: QuantScheme, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+    if !bytes.len().is_multiple_of(bb) || bytes.len() / bb * bs != out.len() {
+        return Err(Error::shape(format!(
+            "dequantize {}: {} bytes do not hold {} values ({bb} bytes per {bs})",
+            scheme.name(),
+            bytes.len(),
+            out.len()
+        )));
+    }
+    for (block, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
+        dequantize_block(scheme, block, o);
+    }
+    Ok(())
+}
+
+/// One block.
+pub fn dequantize_block(scheme: QuantScheme, b: &[u8], o: &mut [f32]) {
+    match scheme {
+        QuantScheme::F32 => o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        QuantScheme::F16 => o[0] = f16_at(b, 0),
+        QuantScheme::BF16 => o[0] = half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+        QuantScheme::Q4_0 => {
+            let d = f16_at(b, 0);
+            for j in 0..16 {
+                o[j] = d * ((b[2 + j] & 0xF) as i32 - 8) as f32;
+                o[j + 16] = d * ((b[2 + j] >> 4) as i32 - 8) as f32;
+            }
+        }
+        QuantScheme::Q4_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            for j in 0..16 {
+                o[j] = d * (b[4 + j] & 0xF) as f32 + m;
+                o[j + 16] = d * (b[4 + j] >> 4) as f32 + m;
+            }
+        }
+        QuantScheme::Q5_0 | QuantScheme::Q5_1 => {
+            let with_min = scheme == QuantScheme::Q5_1;
+            let d = f16_at(b, 0);
+            let (m, at) = if with_min { (f16_at(b, 2), 4) } else { (0.0, 2) };
+            let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+            let qs = &b[at + 4..at + 20];
+            for j in 0..32 {
+                let lo = if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 };
+                let q = (lo as u32 | (((qh >> j) & 1) << 4)) as i32;
+                o[j] = if with_min { d * q as f32 + m } else { d * (q - 16) as f32 };
+            }
+        }
+        QuantScheme::Q8_0 => {
+            let d = f16_at(b, 0);
+            for j in 0..32 {
+                o[j] = d * (b[2 + j] as i8) as f32;
+            }
+        }
+        QuantScheme::Q2K => {
+            let (scales, qs) = (&b[0..16], &b[16..80]);
+            let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+            for (e, o) in o.iter_mut().enumerate() {
+                let (h, s, l) = (e / 128, (e % 128) / 32, e % 32);
+                let q = (qs[h * 32 + l] >> (2 * s)) & 3;
+                let sc = scales[e / 16];
+                *o = d * (sc & 0xF) as f32 * q as f32 - dmin * (sc >> 4) as f32;
+            }
+        }
+        QuantScheme::Q3K => {
+            let (hmask, qs, sc, d) = (&b[0..32], &b[32..96], &b[96..108], f16_at(b, 108));
+            for (e, o) in o.iter_mut().enumerate() {
+                let i = e / 16;
+                let lo = (sc[i % 8] >> (4 * (i / 8))) & 0xF;
+                let hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+                let scale = (lo | (hi << 4)) as i32 - 32;
+                let (h, s, l) = (e / 128, (e % 128) / 32, e % 32);
+                let ql = ((qs[h * 32 + l] >> (2 * s)) & 3) as i32;
+                let bit = ((hmask[e % 32] >> (e / 32)) & 1) as i32;
+                *o = d * scale as f32 * (ql - 4 * (1 - bit)) as f32;
+            }
+        }
+        QuantScheme::Q4K | QuantScheme::Q5K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let (sc, mn) = k_scale_min(&b[4..16]);
+            let (qh, qs) = if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            for (e, o) in o.iter_mut().enumerate() {
+                let j = e / 32;
+                let mut q = ((qs[(j / 2) * 32 + e % 32] >> (4 * (j % 2))) & 0xF) as u32;
+                if let Some(qh) = qh {
+                    q |= (((qh[e % 32] >> j) & 1) as u32) << 4;
+                }
+                *o = d * sc[j] as f32 * q as f32 - dmin * mn[j] as f32;
+            }
+        }
+        QuantScheme::Q6K => {
+            let (ql, qh, scales, d) = (&b[0..128], &b[128..192], &b[192..208], f16_at(b, 208));
+            for (e, o) in o.iter_mut().enumerate() {
+                let (h, r) = (e / 128, e % 128);
+                let lo = (ql[h * 64 + r % 64] >> (4 * (r / 64))) & 0xF;
+                let hi = (qh[h * 32 + r % 32] >> (2 * (r / 32))) & 3;
+                let q = (lo | (hi << 4)) as i32 - 32;
+                *o = d * (scales[e / 16] as i8) as f32 * q as f32;
+            }
+        }
+        QuantScheme::Q8K => {
+            let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = d * (b[4 + j] as i8) as f32;
+            }
+        }
+    }
+}
+
+/// The 8 six-bit scales and mins of a Q4_K / Q5_K super-block (12 packed bytes).
+pub fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    for j in 0..4 {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0xF) | ((s[j] >> 2) & 0x30);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30);
+    }
+    (sc, mn)
+}
+
+/// Encodes `values` (a whole number of blocks) in `scheme`.
+pub fn quantize(scheme: QuantScheme, values: &[f32]) -> Result<Vec<u8>> {
+    let bs = scheme.block_size();
+    if !scheme.can_encode() {
+        return Err(Error::unsupported(format!("quantizing to {} is not implemented", scheme.name())));
+    }
+    if !values.len().is_multiple_of(bs) {
+        return Err(Error::shape(format!("{} needs a multiple of {bs} values, got {}", scheme.name(), values.len())));
+    }
+    let mut out = Vec::with_capacity(values.len() / bs * scheme.block_bytes());
+    for block in values.chunks_exact(bs) {
+        quantize_block(scheme, block, &mut out);
+    }
+    Ok(out)
+}
+
+/// Round half away from zero (ggml's `roundf`).
+fn round_away(x: f32) -> f32 {
+    x.round()
+}
+
+fn quantize_block(scheme: QuantScheme, x: &[f32], out: &mut Vec<u8>) {
+    let push_f16 = |out: &mut Vec<u8>, v: f32| out.extend_from_slice(&f16::from_f32(v).to_le_bytes());
+    match scheme {
+        QuantScheme::F32 => out.extend_from_slice(&x[0].to_le_bytes()),
+        QuantScheme::F16 => push_f16(out, x[0]),
+        QuantScheme::BF16 => out.extend_from_slice(&crate::f32_to_bf16(x[0]).to_le_bytes()),
+        QuantScheme::Q8_0 => {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+            push_f16(out, d);
+            out.extend(x.iter().map(|&v| round_away(v * id) as i8 as u8));
+        }
+        QuantScheme::Q4_0 => {
+            // The value of largest magnitude maps to -8.
+            let max = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+            let d = max / -8.0;
+            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+            push_f16(out, d);
+            let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+            out.extend((0..16).map(|j| q(x[j]) | (q(x[j + 16]) << 4)));
+        }
+        QuantScheme::Q4_1 => {
+            let (min, max) = x.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+            let d = (max - min) / 15.0;
+            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+            push_f16(out, d);
+            push_f16(out, min);
+            let q = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 15) as u8;
+            out.extend((0..16).map(|j| q(x[j]) | (q(x[j + 16]) << 4)));
+        }
+        QuantScheme::Q4K => quantize_q4k(x, out),
+        QuantScheme::Q6K => quantize_q6k(x, out),
+        _ => unreachable!("can_encode guards the schemes"),
+    }
+}
+
+/// Q4_K: per 32-value sub-block an affine 4-bit grid whose scale and offset are 6-bit
+/// multiples of the super-block's f16 `d` and `dmin`.
+fn quantize_q4k(x: &[f32], out: &mut Vec<u8>) {
+    let mut scale = [0f32; 8];
+    let mut offset = [0f32; 8]; // -min >= 0
+    for j in 0..8 {
+        let sb = &x[j * 32..(j + 1) * 32];
+        let min = sb.iter().fold(0f32, |m, &v| m.min(v));
+        let max = sb.iter().fold(0f32, |m, &v| m.max(v));
+        scale[j] = (max - min) / 15.0;
+        offset[j] = -min;
+    }
+    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 63.0).to_f32();
+    let dmin = f16::from_f32(offset.iter().fold(0f32, |m, &v| m.max(v)) / 63.0).to_f32();
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    for j in 0..8 {
+        // Round the offset up so the grid still reaches the sub-block's minimum.
+        sc[j] = if d > 0.0 { (scale[j] / d).ceil().min(63.0) as u8 } else { 0 };
+        mn[j] = if dmin > 0.0 { (offset[j] / dmin).ceil().min(63.0) as u8 } else { 0 };
+    }
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    out.extend_from_slice(&f16::from_f32(dmin).to_le_bytes());
+    let mut packed = [0u8; 12];
+    for j in 0..4 {
+        packed[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
+        packed[j + 4] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6);
+        packed[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
+    }
+    out.extend_from_slice(&packed);
+    let mut q = [0u8; 256];
+    for j in 0..8 {
+        let (step, base) = (d * sc[j] as f32, dmin * mn[j] as f32);
+        for l in 0..32 {
+            let v = x[j * 32 + l];
+            q[j * 32 + l] = if step > 0.0 { ((v + base) / step).round().clamp(0.0, 15.0) as u8 } else { 0 };
+        }
+    }
+    for c in 0..4 {
+        for l in 0..32 {
+            out.push(q[c * 64 + l] | (q[c * 64 + 32 + l] << 4));
+        }
+    }
+}
+
+/// Q6_K: per 16-value sub-block a symmetric 6-bit grid ([-32, 31]) whose scale is an i8
+/// multiple of the super-block's f16 `d`.
+fn quantize_q6k(x: &[f32], out: &mut Vec<u8>) {
+    let mut scale = [0f32; 16];
+    for (j, s) in scale.iter_mut().enumerate() {
+        let amax = x[j * 16..(j + 1) * 16].iter().fold(0f32, |m, v| m.max(v.abs()));
+        *s = amax / 31.0;
+    }
+    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 127.0).to_f32();
+    let sc: Vec<i8> = scale.iter().map(|&s| if d > 0.0 { (s / d).ceil().min(127.0) as i8 } else { 0 }).collect();
+    let mut q = [0u8; 256];
+    for (e, qv) in q.iter_mut().enumerate() {
+        let step = d * sc[e / 16] as f32;
+        let v = if step > 0.0 { (x[e] / step).round().clamp(-32.0, 31.0) as i32 } else { 0 };
+        *qv = (v + 32) as u8;
+    }
+    let mut ql = [0u8; 128];
+    let mut qh = [0u8; 64];
+    for (e, &qv) in q.iter().enumerate() {
+        let (h, r) = (e / 128, e % 128);
+        ql[h * 64 + r % 64] |= (qv & 0xF) << (4 * (r / 64));
+        qh[h * 32 + r % 32] |= (qv >> 4) << (2 * (r / 32));
+    }
+    out.extend_from_slice(&ql);
+    out.extend_from_slice(&qh);
+    out.extend(sc.iter().map(|&s| s as u8));
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+}
