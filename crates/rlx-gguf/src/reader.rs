@@ -86,17 +86,21 @@ impl Gguf {
                 let name = c.string(&format!("name of tensor {i}"))?;
                 let n_dims = c.u32(&format!("n_dims of tensor '{name}'"))?;
                 if n_dims == 0 || n_dims > MAX_DIMS {
-                    return Err(Error::parse(format!("gguf: byte {at}: tensor '{name}' has {n_dims} dims (1 to {MAX_DIMS})")));
+                    return Err(Error::parse(format!(
+                        "gguf: byte {at}: tensor '{name}' has {n_dims} dims (1 to {MAX_DIMS})"
+                    )));
                 }
-                let dims = (0..n_dims).map(|d| c.u64(&format!("dim {d} of tensor '{name}'"))).collect::<Result<Vec<_>>>()?;
+                let dims =
+                    (0..n_dims).map(|d| c.u64(&format!("dim {d} of tensor '{name}'"))).collect::<Result<Vec<_>>>()?;
                 let ty_at = c.at;
                 let ty = c.u32(&format!("type of tensor '{name}'"))?;
                 let scheme = QuantScheme::from_ggml_type(ty).ok_or_else(|| {
                     Error::parse(format!("gguf: byte {ty_at}: tensor '{name}' has unsupported ggml type {ty}"))
                 })?;
                 let offset = c.u64(&format!("offset of tensor '{name}'"))?;
-                let bytes = tensor_bytes(scheme, &dims)
-                    .ok_or_else(|| Error::parse(format!("gguf: byte {at}: tensor '{name}' dims {dims:?} do not fit {}", scheme.name())))?;
+                let bytes = tensor_bytes(scheme, &dims).ok_or_else(|| {
+                    Error::parse(format!("gguf: byte {at}: tensor '{name}' dims {dims:?} do not fit {}", scheme.name()))
+                })?;
                 tensors.push(TensorInfo { name, dims, scheme, offset, bytes });
             }
             let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment").map(|(_, v)| v.as_u64()) {
@@ -207,9 +211,12 @@ impl Cursor<'_> {
     fn string(&mut self, field: &str) -> Result<String> {
         let at = self.at;
         let len = self.u64(field)?;
-        let len = usize::try_from(len).map_err(|_| Error::parse(format!("gguf: byte {at}: {field} length {len} overflows")))?;
+        let len = usize::try_from(len)
+            .map_err(|_| Error::parse(format!("gguf: byte {at}: {field} length {len} overflows")))?;
         let bytes = self.take(len, field)?;
-        String::from_utf8(bytes.to_vec()).map_err(|e| Error::parse(format!("gguf: byte {}: {field} is not UTF-8", at + 8 + e.utf8_error().valid_up_to())))
+        String::from_utf8(bytes.to_vec()).map_err(|e| {
+            Error::parse(format!("gguf: byte {}: {field} is not UTF-8", at + 8 + e.utf8_error().valid_up_to()))
+        })
     }
 
     fn value(&mut self, ty: u32, key: &str, depth: u32) -> Result<Value> {
@@ -234,13 +241,17 @@ impl Cursor<'_> {
             9 => {
                 let at = self.at;
                 if depth >= MAX_NESTING {
-                    return Err(Error::parse(format!("gguf: byte {at}: arrays in '{key}' nest deeper than {MAX_NESTING}")));
+                    return Err(Error::parse(format!(
+                        "gguf: byte {at}: arrays in '{key}' nest deeper than {MAX_NESTING}"
+                    )));
                 }
                 let item = self.u32(&format!("item type of '{key}'"))?;
                 let count = self.u64(&format!("length of '{key}'"))?;
                 // Every item takes at least one byte: a count past the file is malformed.
                 if count > (self.data.len() - self.at) as u64 {
-                    return Err(Error::parse(format!("gguf: byte {at}: array '{key}' claims {count} items, more than the file holds")));
+                    return Err(Error::parse(format!(
+                        "gguf: byte {at}: array '{key}' claims {count} items, more than the file holds"
+                    )));
                 }
                 let mut items = Vec::with_capacity(count as usize);
                 for _ in 0..count {
@@ -251,7 +262,12 @@ impl Cursor<'_> {
             10 => Value::U64(self.u64(&field)?),
             11 => Value::I64(i64::from_le_bytes(self.array(&field)?)),
             12 => Value::F64(f64::from_le_bytes(self.array(&field)?)),
-            other => return Err(Error::parse(format!("gguf: byte {}: '{key}' has unknown value type {other}", self.at - 4))),
+            other => {
+                return Err(Error::parse(format!(
+                    "gguf: byte {}: '{key}' has unknown value type {other}",
+                    self.at - 4
+                )));
+            }
         })
     }
 }

@@ -28,7 +28,11 @@ impl GgufWriter {
         let numel: u64 = dims.iter().product();
         let want = scheme.row_bytes(numel as usize)?;
         if data.len() != want {
-            return Err(Error::input(format!("tensor '{name}': {} bytes for {numel} {} values, need {want}", data.len(), scheme.name())));
+            return Err(Error::input(format!(
+                "tensor '{name}': {} bytes for {numel} {} values, need {want}",
+                data.len(),
+                scheme.name()
+            )));
         }
         self.tensors.push((name.to_string(), dims.to_vec(), scheme, data));
         Ok(self)

@@ -13,90 +13,6 @@ fn npy_f32(name: &str) -> Vec<f32> {
     rlx_io::load_npy(fixture(name)).unwrap().to_f32_vec()
 }
 
-fn f16(b: &[u8], at: usize) -> f64 {
-    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f64()
-}
-
-/// An f64 decoder per scheme: unpack every field into plain arrays first, then combine.
-fn decode_f64(s: QuantScheme, b: &[u8]) -> Vec<f64> {
-    let nib = |bytes: &[u8]| -> Vec<u8> { bytes.iter().map(|x| x & 15).chain(bytes.iter().map(|x| x >> 4)).collect() };
-    let bits = |bytes: &[u8], i: usize| -> u8 { (bytes[i / 8] >> (i % 8)) & 1 };
-    match s {
-        QuantScheme::Q4_0 => nib(&b[2..18]).iter().map(|&q| f16(b, 0) * (q as f64 - 8.0)).collect(),
-        QuantScheme::Q4_1 => nib(&b[4..20]).iter().map(|&q| f16(b, 0) * q as f64 + f16(b, 2)).collect(),
-        QuantScheme::Q5_0 => nib(&b[6..22]).iter().enumerate().map(|(i, &q)| f16(b, 0) * ((q + 16 * bits(&b[2..6], i)) as f64 - 16.0)).collect(),
-        QuantScheme::Q5_1 => nib(&b[8..24]).iter().enumerate().map(|(i, &q)| f16(b, 0) * (q + 16 * bits(&b[4..8], i)) as f64 + f16(b, 2)).collect(),
-        QuantScheme::Q8_0 => b[2..34].iter().map(|&q| f16(b, 0) * (q as i8) as f64).collect(),
-        QuantScheme::Q2K => {
-            let (scales, qs, d, dmin) = (&b[0..16], &b[16..80], f16(b, 80), f16(b, 82));
-            // 2-bit fields: for each 32-byte half, four passes of 2-bit shifts.
-            let mut q = Vec::new();
-            for half in qs.chunks(32) {
-                for shift in [0, 2, 4, 6] {
-                    q.extend(half.iter().map(|x| (x >> shift) & 3));
-                }
-            }
-            q.iter().enumerate().map(|(i, &v)| d * (scales[i / 16] & 15) as f64 * v as f64 - dmin * (scales[i / 16] >> 4) as f64).collect()
-        }
-        QuantScheme::Q3K => {
-            let (hm, qs, sc, d) = (&b[0..32], &b[32..96], &b[96..108], f16(b, 108));
-            let mut scale = [0i32; 16];
-            for (i, s) in scale.iter_mut().enumerate() {
-                let low = if i < 8 { sc[i] & 15 } else { sc[i - 8] >> 4 };
-                let high = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
-                *s = (low | (high << 4)) as i32 - 32;
-            }
-            let mut q = Vec::new();
-            for half in qs.chunks(32) {
-                for shift in [0, 2, 4, 6] {
-                    q.extend(half.iter().map(|x| ((x >> shift) & 3) as i32));
-                }
-            }
-            q.iter().enumerate().map(|(i, &v)| {
-                let high_set = (hm[i % 32] >> (i / 32)) & 1 == 1;
-                d * scale[i / 16] as f64 * (v - if high_set { 0 } else { 4 }) as f64
-            }).collect()
-        }
-        QuantScheme::Q4K | QuantScheme::Q5K => {
-            let (d, dmin, s) = (f16(b, 0), f16(b, 2), &b[4..16]);
-            let scale = |j: usize| if j < 4 { s[j] & 63 } else { (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4) };
-            let min = |j: usize| if j < 4 { s[j + 4] & 63 } else { (s[j + 4] >> 4) | ((s[j] >> 6) << 4) };
-            let (qh, qs) = if s.len() == 12 && b.len() == 176 { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
-            let mut q = Vec::new();
-            for chunk in qs.chunks(32) {
-                q.extend(chunk.iter().map(|x| x & 15));
-                q.extend(chunk.iter().map(|x| x >> 4));
-            }
-            q.iter().enumerate().map(|(i, &v)| {
-                let j = i / 32;
-                let v = v as u32 + qh.map_or(0, |h| (((h[i % 32] >> j) & 1) as u32) << 4);
-                d * scale(j) as f64 * v as f64 - dmin * min(j) as f64
-            }).collect()
-        }
-        QuantScheme::Q6K => {
-            let (ql, qh, sc, d) = (&b[0..128], &b[128..192], &b[192..208], f16(b, 208));
-            let mut out = vec![0f64; 256];
-            for half in 0..2 {
-                for l in 0..32 {
-                    let (lo, hi) = (&ql[half * 64..], &qh[half * 32..]);
-                    let vals = [
-                        (lo[l] & 15) | ((hi[l] & 3) << 4),
-                        (lo[l + 32] & 15) | (((hi[l] >> 2) & 3) << 4),
-                        (lo[l] >> 4) | (((hi[l] >> 4) & 3) << 4),
-                        (lo[l + 32] >> 4) | (((hi[l] >> 6) & 3) << 4),
-                    ];
-                    for (k, &v) in vals.iter().enumerate() {
-                        let e = half * 128 + k * 32 + l;
-                        out[e] = d * (sc[e / 16] as i8) as f64 * (v as i32 - 32) as f64;
-                    }
-                }
-            }
-            out
-        }
-        other => panic!("no f64 decoder for {}", other.name()),
-    }
-}
-
 const FIXTURE_SCHEMES: [(QuantScheme, &str); 10] = [
     (QuantScheme::Q4_0, "Q4_0"),
     (QuantScheme::Q4_1, "Q4_1"),
@@ -120,7 +36,8 @@ fn dequantize_matches_gguf_python_and_an_f64_decoder() {
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.to_bits(), w.to_bits(), "{name}[{i}]: rlx {g} vs gguf {w}");
         }
-        let f64s: Vec<f64> = blocks.chunks(scheme.block_bytes()).flat_map(|b| decode_f64(scheme, b)).collect();
+        let f64s: Vec<f64> =
+            blocks.chunks(scheme.block_bytes()).flat_map(|b| rlx_oracle::quant::decode_f64(name, b)).collect();
         for (i, (g, w)) in got.iter().zip(&f64s).enumerate() {
             // One f32 rounding per multiply and add of the decode.
             assert!((*g as f64 - w).abs() <= 4e-7 * w.abs().max(1e-6), "{name}[{i}]: rlx {g} vs f64 {w}");
@@ -142,8 +59,17 @@ fn encoders_match_gguf_python() {
 #[test]
 fn round_trip_error_within_the_scheme_bound() {
     let mut rng = rlx_oracle::Rng::new(3);
-    for scheme in [QuantScheme::Q8_0, QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q4K, QuantScheme::Q6K, QuantScheme::F16, QuantScheme::BF16] {
-        let x: Vec<f32> = (0..4096).map(|i| (rng.uniform(-1.0, 1.0) * if i % 97 == 0 { 8.0 } else { 1.0 }) as f32).collect();
+    for scheme in [
+        QuantScheme::Q8_0,
+        QuantScheme::Q4_0,
+        QuantScheme::Q4_1,
+        QuantScheme::Q4K,
+        QuantScheme::Q6K,
+        QuantScheme::F16,
+        QuantScheme::BF16,
+    ] {
+        let x: Vec<f32> =
+            (0..4096).map(|i| (rng.uniform(-1.0, 1.0) * if i % 97 == 0 { 8.0 } else { 1.0 }) as f32).collect();
         let q = quantize(scheme, &x).unwrap();
         assert_eq!(q.len(), scheme.row_bytes(x.len()).unwrap());
         let mut back = vec![0f32; x.len()];
@@ -159,7 +85,9 @@ fn round_trip_error_within_the_scheme_bound() {
         };
         for (g, (xs, bs)) in x.chunks(group).zip(back.chunks(group)).enumerate() {
             let amax = xs.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
-            let range = if symmetric { amax } else {
+            let range = if symmetric {
+                amax
+            } else {
                 let (lo, hi) = xs.iter().fold((0f64, 0f64), |(a, b), &v| (a.min(v as f64), b.max(v as f64)));
                 hi - lo
             };

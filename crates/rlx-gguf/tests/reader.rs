@@ -102,12 +102,18 @@ fn fuzzed_files_never_panic() {
 /// The real model, when present (tools/fetch_model.sh); `RLX_REQUIRE_MODEL=1` makes its
 /// absence a failure.
 fn model_path() -> Option<PathBuf> {
-    let dir = std::env::var_os("RLX_MODELS").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rlx")));
+    let dir = std::env::var_os("RLX_MODELS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rlx")));
     let path = dir?.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     if path.exists() {
         return Some(path);
     }
-    assert!(std::env::var("RLX_REQUIRE_MODEL").is_err(), "RLX_REQUIRE_MODEL is set but {} is missing: run tools/fetch_model.sh", path.display());
+    assert!(
+        std::env::var("RLX_REQUIRE_MODEL").is_err(),
+        "RLX_REQUIRE_MODEL is set but {} is missing: run tools/fetch_model.sh",
+        path.display()
+    );
     eprintln!("skipped: {} not found (run tools/fetch_model.sh)", path.display());
     None
 }
@@ -117,10 +123,13 @@ fn the_real_model_matches_gguf_python() {
     let Some(path) = model_path() else { return };
     let g = Gguf::open(&path).unwrap();
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures.join("model.metadata.json")).unwrap()).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("model.metadata.json")).unwrap()).unwrap();
     assert_eq!(g.tensors.len() as u64, meta["tensor_count"].as_u64().unwrap());
     assert_eq!(g.data_offset, meta["data_offset"].as_u64().unwrap());
-    for key in ["llama.block_count", "llama.embedding_length", "llama.attention.head_count_kv", "llama.feed_forward_length"] {
+    for key in
+        ["llama.block_count", "llama.embedding_length", "llama.attention.head_count_kv", "llama.feed_forward_length"]
+    {
         assert_eq!(g.require(key).unwrap().as_u64(), meta[key].as_u64(), "{key}");
     }
     assert_eq!(g.require("llama.rope.freq_base").unwrap().as_f64(), meta["llama.rope.freq_base"].as_f64());

@@ -9,8 +9,8 @@ mod dtype;
 mod error;
 mod graph;
 mod json;
-pub mod quant;
 pub mod ops;
+pub mod quant;
 pub mod shape;
 mod tensor;
 
@@ -20,9 +20,9 @@ pub use dtype::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use graph::{Graph, Node, NodeId};
-pub use quant::QuantScheme;
 pub use json::{FORMAT_NAME, FORMAT_VERSION, base64_decode, base64_encode};
 pub use ops::{
     AttentionMask, BinaryOp, CompareOp, Conv2dParams, F32Attr, MaskKind, Op, PoolParams, ReduceOp, RopeStyle, Unary,
 };
+pub use quant::QuantScheme;
 pub use tensor::{HostTensor, encode_f64, encode_le, i64_to_float_bits};

@@ -125,7 +125,11 @@ impl QuantScheme {
     /// Bytes of a row of `k` values, or an error when `k` is not a whole number of blocks.
     pub fn row_bytes(self, k: usize) -> Result<usize> {
         if !k.is_multiple_of(self.block_size()) {
-            return Err(Error::shape(format!("{} rows need a multiple of {} values, got {k}", self.name(), self.block_size())));
+            return Err(Error::shape(format!(
+                "{} rows need a multiple of {} values, got {k}",
+                self.name(),
+                self.block_size()
+            )));
         }
         Ok(k / self.block_size() * self.block_bytes())
     }
@@ -231,7 +235,8 @@ pub fn dequantize_block(scheme: QuantScheme, b: &[u8], o: &mut [f32]) {
         QuantScheme::Q4K | QuantScheme::Q5K => {
             let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
             let (sc, mn) = k_scale_min(&b[4..16]);
-            let (qh, qs) = if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            let (qh, qs) =
+                if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
             for (e, o) in o.iter_mut().enumerate() {
                 let j = e / 32;
                 let mut q = ((qs[(j / 2) * 32 + e % 32] >> (4 * (j % 2))) & 0xF) as u32;

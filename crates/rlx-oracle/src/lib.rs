@@ -2,10 +2,13 @@
 //!
 //! Nothing here calls RLX: the 16-bit formats are decoded from their bit layout and
 //! rounding is a nearest-value search over every pattern; erf/erfc are series and
-//! continued fractions checked against mpmath. Test suites compare RLX's results with
+//! continued fractions checked against mpmath; the GGML block formats (`quant`) are
+//! decoded field by field in f64. Test suites compare RLX's results with
 //! these, never with RLX's own converters or kernels.
 
 use std::sync::OnceLock;
+
+pub mod quant;
 
 /// A 16-bit float format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

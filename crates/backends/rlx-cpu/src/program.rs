@@ -10,8 +10,8 @@ use crate::arena::{Arena, Args, Out, TSlot};
 use crate::buffer::Class;
 use crate::features::Arm;
 use crate::kernels::{
-    attention, conv, elementwise, elementwise::Broadcast, fused, gather, kv_cache, layout, loss, matmul, norm, reduce,
-    reduce::AxisSplit, region, rope, softmax,
+    attention, conv, elementwise, elementwise::Broadcast, fused, gather, kv_cache, layout, loss, matmul, norm,
+    quant_matmul, reduce, reduce::AxisSplit, region, rope, softmax,
 };
 use rayon::ThreadPool;
 use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueKind};
@@ -42,6 +42,7 @@ enum Kernel {
     Attention(attention::AttentionPlan),
     Rope(rope::RopePlan),
     KvAppend(kv_cache::KvAppendPlan),
+    DequantMatMul(quant_matmul::QuantMatMulPlan),
     Region(region::RegionPlan),
     MatMulBias { plan: matmul::MatMulPlan, act: Option<Unary> },
     SwiGlu,
@@ -384,7 +385,7 @@ fn plan(
             dims(2),
             (*mask == MaskKind::Bias).then(|| dims(3)),
             scale.map(|s| s.0),
-            *mask == MaskKind::Causal,
+            *mask,
         )),
         Op::Rope { style, base, rotary_dims } => {
             Kernel::Rope(rope::RopePlan::new(dims(0), *style, base.0, *rotary_dims))
@@ -399,6 +400,13 @@ fn plan(
                 cache: format!("cache {}", first_operand()),
             })
         }
+        Op::DequantMatMul { scheme, q8_activations } => Kernel::DequantMatMul(quant_matmul::QuantMatMulPlan::new(
+            dims(0),
+            dims(1),
+            *scheme,
+            *q8_activations,
+            threads,
+        )),
     })
 }
 
@@ -422,9 +430,10 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         Kernel::CrossEntropy { n, c } => loss::cross_entropy(*n, *c, class, ins, out),
         Kernel::Conv2d { geometry, groups } => conv::conv2d(geometry, *groups, class, ins, out),
         Kernel::Pool { geometry, avg } => conv::pool(geometry, *avg, class, ins, out),
-        Kernel::Attention(p) => attention::attention(p, class, ins, out),
+        Kernel::Attention(p) => attention::attention(p, class, arm, ins, out),
         Kernel::Rope(p) => rope::rope(p, class, ins, out),
         Kernel::KvAppend(p) => kv_cache::kv_append(p, class, t.in_place, ins, out),
+        Kernel::DequantMatMul(p) => quant_matmul::dequant_matmul(p, arm, ins, out),
         Kernel::Region(p) => region::region(p, arm, ins, out),
         Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, arm, ins, out),
         Kernel::SwiGlu => fused::swiglu(arm, ins, out),

@@ -155,7 +155,7 @@ fn gemm_matches_f64_and_openblas() {
         let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
         let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
         let mut ct = vec![f32::NAN; m * n];
-        f32::gemm(m, k, n, &at, (1, m), &bt, (1, k), &mut ct, 1);
+        f32::gemm(m, k, n, &at, (1, m), &bt, (1, k), &mut ct, n, 1);
         assert_close("gemm with transposed operands vs f64", &ct, &want, |i| {
             (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30
         });

@@ -8,7 +8,9 @@
 //! `scale` defaulting to `1 / sqrt(d)` (computed in the compute type, so an f64
 //! graph gets the f64 value). `Causal` aligns the last query with the last key
 //! (query `i` sees keys `0 ..= i + skv - sq`), which is what a KV-cached decode step
-//! needs; it requires `sq <= skv` so that no row is fully masked.
+//! needs; it requires `sq <= skv` so that no row is fully masked. `CausalLen(len)` is the
+//! same over only the first `len` keys (an integer scalar operand read at run time: the
+//! filled part of a KV cache); `sq <= len <= skv` is checked when it runs.
 
 use super::{F32Attr, Op, Operand, check_finite, check_float, check_same_dtype};
 use crate::shape::broadcast_dims;
@@ -22,6 +24,8 @@ pub enum AttentionMask {
     Causal,
     /// An additive bias node (e.g. 0 / -inf), broadcastable to `[b, hq, sq, skv]`.
     Bias(NodeId),
+    /// Causal over the first `len` keys, `len` an integer scalar node.
+    CausalLen(NodeId),
 }
 
 /// The mask kind stored in the op (a bias is the op's fourth operand).
@@ -31,12 +35,20 @@ pub enum MaskKind {
     None,
     Causal,
     Bias,
+    CausalLen,
+}
+
+impl MaskKind {
+    /// Whether the mask is the op's fourth operand.
+    pub fn has_operand(self) -> bool {
+        matches!(self, MaskKind::Bias | MaskKind::CausalLen)
+    }
 }
 
 pub(crate) fn infer(mask: MaskKind, scale: Option<F32Attr>, ins: &[Operand]) -> Result<(DType, Vec<usize>)> {
     let (q, k, v) = (ins[0], ins[1], ins[2]);
     check_float("q", q)?;
-    let dtype = check_same_dtype(ins)?;
+    let dtype = check_same_dtype(&ins[..3 + (mask == MaskKind::Bias) as usize])?;
     if let Some(s) = scale {
         check_finite("scale", s.0)?;
     }
@@ -58,6 +70,12 @@ pub(crate) fn infer(mask: MaskKind, scale: Option<F32Attr>, ins: &[Operand]) -> 
     }
     if mask == MaskKind::Causal && sq > skv {
         return Err(Error::shape(format!("causal attention needs sq <= skv, got sq {sq} > skv {skv}")));
+    }
+    if mask == MaskKind::CausalLen {
+        let len = ins[3];
+        if !len.dtype.is_int() || crate::shape::numel(len.dims) != 1 || len.dims.len() > 1 {
+            return Err(Error::shape(format!("causal length must be an integer scalar ([] or [1]), got {}", len.ty())));
+        }
     }
     if mask == MaskKind::Bias {
         let bias = ins[3];
@@ -84,6 +102,7 @@ impl Graph {
             AttentionMask::None => (MaskKind::None, vec![q, k, v]),
             AttentionMask::Causal => (MaskKind::Causal, vec![q, k, v]),
             AttentionMask::Bias(b) => (MaskKind::Bias, vec![q, k, v, b]),
+            AttentionMask::CausalLen(len) => (MaskKind::CausalLen, vec![q, k, v, len]),
         };
         self.push(Op::Attention { mask: kind, scale }, &inputs)
     }

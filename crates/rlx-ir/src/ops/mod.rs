@@ -15,6 +15,7 @@ pub mod layout;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
+pub mod quant_matmul;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;
@@ -109,6 +110,8 @@ pub enum Op {
     Rope { style: RopeStyle, base: F32Attr, rotary_dims: usize },
     /// `[cache, new, pos]`: cache with `new` written at `pos` along `axis`.
     KvAppend { axis: usize },
+    /// `[x, w]`: `x @ W^T` with `W` block-quantized in `scheme`.
+    DequantMatMul { scheme: crate::quant::QuantScheme, q8_activations: bool },
 }
 
 /// An operand's type, as seen by a shape rule.
@@ -157,6 +160,7 @@ impl Op {
             Op::Attention { .. } => "attention",
             Op::Rope { .. } => "rope",
             Op::KvAppend { .. } => "kv_append",
+            Op::DequantMatMul { .. } => "dequant_matmul",
         }
     }
 
@@ -180,14 +184,18 @@ impl Op {
             | Op::Expand { .. }
             | Op::MaxPool2d { .. }
             | Op::AvgPool2d { .. } => Arity::Exactly(1),
-            Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::Gather | Op::CrossEntropy | Op::Rope { .. } => {
-                Arity::Exactly(2)
-            }
+            Op::Binary(_)
+            | Op::Compare(_)
+            | Op::MatMul
+            | Op::Gather
+            | Op::CrossEntropy
+            | Op::Rope { .. }
+            | Op::DequantMatMul { .. } => Arity::Exactly(2),
             Op::Where | Op::KvAppend { .. } => Arity::Exactly(3),
             Op::LayerNorm { gamma, beta, .. } => Arity::Exactly(1 + *gamma as usize + *beta as usize),
             Op::RmsNorm { gamma, .. } => Arity::Exactly(1 + *gamma as usize),
             Op::Conv2d { bias, .. } => Arity::Exactly(2 + *bias as usize),
-            Op::Attention { mask, .. } => Arity::Exactly(3 + (*mask == MaskKind::Bias) as usize),
+            Op::Attention { mask, .. } => Arity::Exactly(3 + mask.has_operand() as usize),
             Op::Concat { .. } => Arity::AtLeast(1),
         }
     }
@@ -228,6 +236,9 @@ impl Op {
             Op::Attention { mask, scale } => attention::infer(*mask, *scale, ins),
             Op::Rope { rotary_dims, base, .. } => rope::infer(ins[0], ins[1], *rotary_dims, *base),
             Op::KvAppend { axis } => kv_cache::infer(ins[0], ins[1], ins[2], *axis),
+            Op::DequantMatMul { scheme, q8_activations } => {
+                quant_matmul::infer(*scheme, *q8_activations, ins[0], ins[1])
+            }
         };
         r.map_err(|e| e.context(self.name()))
     }

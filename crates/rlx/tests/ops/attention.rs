@@ -2,9 +2,11 @@ use crate::common::*;
 use rlx::prelude::*;
 
 #[allow(clippy::too_many_arguments)]
-fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, scale: f64) -> Vec<f64> {
+/// `len`: only the first `len` keys exist (a causal length); `None` = all of them.
+fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, len: Option<usize>, scale: f64) -> Vec<f64> {
     let [b, hq, sq, d] = [q.dims[0], q.dims[1], q.dims[2], q.dims[3]];
     let [hkv, skv, dv] = [k.dims[1], k.dims[2], v.dims[3]];
+    let filled = len.unwrap_or(skv);
     let mut out = Vec::new();
     for bi in 0..b {
         for h in 0..hq {
@@ -12,7 +14,7 @@ fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, scale: f64
             for i in 0..sq {
                 let scores: Vec<f64> = (0..skv)
                     .map(|j| {
-                        if causal && j + sq > i + skv {
+                        if j >= filled || (causal && j + sq > i + filled) {
                             return f64::NEG_INFINITY;
                         }
                         let dot: f64 = (0..d)
@@ -45,6 +47,8 @@ fn attention_matches_reference() {
         Causal,
         BiasRow,
         BiasFull,
+        /// Causal over the first `len` keys.
+        CausalLen(usize),
     }
     let cases = [
         (1usize, 1usize, 1usize, 1usize, 1usize, 1usize, 1usize, M::None, None),
@@ -55,6 +59,13 @@ fn attention_matches_reference() {
         (1, 2, 1, 4, 4, 8, 8, M::BiasRow, None),
         (2, 2, 2, 3, 5, 4, 4, M::BiasFull, Some(1.0)),
         (1, 2, 2, 0, 4, 4, 4, M::None, None),
+        // A KV cache: a decode step (sq 1) and a prefill chunk over a partly filled cache.
+        (1, 6, 2, 1, 12, 8, 8, M::CausalLen(5), None),
+        (1, 3, 1, 4, 9, 8, 4, M::CausalLen(4), None),
+        (1, 3, 3, 3, 9, 4, 4, M::CausalLen(9), Some(0.5)),
+        // Past one 64-row block of queries, on enough work to run in parallel.
+        (1, 3, 1, 70, 80, 16, 16, M::CausalLen(75), None),
+        (1, 2, 2, 130, 130, 8, 8, M::Causal, None),
     ];
     for dtype in FLOATS {
         for &(b, hq, hkv, sq, skv, d, dv, mask, scale) in &cases {
@@ -71,11 +82,21 @@ fn attention_matches_reference() {
             }
             let s = scale.map_or(1.0 / (d as f64).sqrt(), |s| s as f64);
             let use_bias = matches!(mask, M::BiasRow | M::BiasFull);
-            let expected = reference(&q, &k, &v, use_bias.then_some(&bias), matches!(mask, M::Causal), s);
-            let got = eval_ok(&[q, k, v, bias], |g, x| {
+            let (causal, len) = match mask {
+                M::Causal => (true, None),
+                M::CausalLen(len) => (true, Some(len)),
+                _ => (false, None),
+            };
+            let expected = reference(&q, &k, &v, use_bias.then_some(&bias), causal, len, s);
+            let fourth = match mask {
+                M::CausalLen(len) => input(DType::I32, &[], vec![len as f64]),
+                _ => bias,
+            };
+            let got = eval_ok(&[q, k, v, fourth], |g, x| {
                 let m = match mask {
                     M::None => AttentionMask::None,
                     M::Causal => AttentionMask::Causal,
+                    M::CausalLen(_) => AttentionMask::CausalLen(x[3]),
                     _ => AttentionMask::Bias(x[3]),
                 };
                 g.attention(x[0], x[1], x[2], m, scale)
@@ -113,6 +134,20 @@ fn attention_rejects_bad_shapes() {
     })
     .unwrap_err();
     assert!(e.message().contains("f32[2,3]"), "{e}");
+    let e = eval(&[t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4]), t(&[1])], |g, x| {
+        g.attention(x[0], x[1], x[2], AttentionMask::CausalLen(x[3]), None)
+    })
+    .unwrap_err();
+    assert!(e.message().contains("integer scalar"), "{e}");
+    // The length is checked when the step runs: sq <= len <= skv.
+    for len in [1.0, 4.0] {
+        let e = eval(
+            &[t(&[1, 2, 2, 4]), t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4]), input(DType::I64, &[1], vec![len])],
+            |g, x| g.attention(x[0], x[1], x[2], AttentionMask::CausalLen(x[3]), None),
+        )
+        .unwrap_err();
+        assert!(e.message().contains(&format!("causal length {len}")), "{e}");
+    }
 }
 
 #[test]

@@ -104,12 +104,12 @@ fn gemm_batched<T: Gemm>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> 
     let parallel_batches = plan.threads > 1 && plan.batches.len() >= plan.threads && macs < MIN_PARALLEL_MACS * 4;
     if parallel_batches && plan.batches.len() * mn >= MIN_PARALLEL_ELEMS / 8 {
         out.par_chunks_mut(mn).zip(plan.batches.par_iter()).for_each(|(c, &(oa, ob))| {
-            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, 1);
+            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, n, 1);
         });
     } else {
         let threads = if macs >= MIN_PARALLEL_MACS { plan.threads } else { 1 };
         for (c, &(oa, ob)) in out.chunks_mut(mn).zip(&plan.batches) {
-            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, threads);
+            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, n, threads);
         }
     }
     Ok(())
@@ -118,9 +118,9 @@ fn gemm_batched<T: Gemm>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> 
 /// A float type the `gemm` crate multiplies.
 pub trait Gemm: Copy + Send + Sync + 'static {
     /// `c = a b` for `a [m, k]` and `b [k, n]` read with (row, column) element strides
-    /// `sa` / `sb` from slices of exactly m*k and k*n elements (row-major is `(k, 1)` and
-    /// `(n, 1)`; a transposed operand swaps them), into row-major `c [m, n]`, on `threads`
-    /// workers of the current pool.
+    /// `sa` / `sb` (row-major is `(k, 1)` and `(n, 1)`; a transposed operand swaps them),
+    /// into `c [m, n]` with rows `c_row` elements apart, on `threads` workers of the
+    /// current pool.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         m: usize,
@@ -131,12 +131,13 @@ pub trait Gemm: Copy + Send + Sync + 'static {
         b: &[Self],
         sb: (usize, usize),
         c: &mut [Self],
+        c_row: usize,
         threads: usize,
     );
 
     /// Row-major `c = a b`.
     fn gemm_rows(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self], threads: usize) {
-        Self::gemm(m, k, n, a, (k, 1), b, (n, 1), c, threads)
+        Self::gemm(m, k, n, a, (k, 1), b, (n, 1), c, n, threads)
     }
 }
 
@@ -157,12 +158,16 @@ macro_rules! impl_gemm {
                 b: &[Self],
                 sb: (usize, usize),
                 c: &mut [Self],
+                c_row: usize,
                 threads: usize,
             ) {
-                assert!(fits(m, k, sa, a.len()) && fits(k, n, sb, b.len()) && c.len() == m * n, "gemm operand sizes");
+                assert!(
+                    fits(m, k, sa, a.len()) && fits(k, n, sb, b.len()) && fits(m, n, (c_row, 1), c.len()),
+                    "gemm operand sizes"
+                );
                 let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
                 // SAFETY: every element the strides address lies inside the slices (checked
-                // above); c is row-major m x n.
+                // above).
                 unsafe {
                     gemm::gemm(
                         m,
@@ -170,7 +175,7 @@ macro_rules! impl_gemm {
                         k,
                         c.as_mut_ptr(),
                         1,
-                        n as isize,
+                        c_row as isize,
                         false,
                         a.as_ptr(),
                         sa.1 as isize,

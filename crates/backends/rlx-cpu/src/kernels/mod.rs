@@ -12,6 +12,7 @@ pub mod layout;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
+pub mod quant_matmul;
 pub mod reduce;
 pub mod region;
 pub mod rope;

@@ -1,0 +1,556 @@
+//! Matmul against block-quantized weights (semantics in `rlx_ir::ops::quant_matmul`).
+//!
+//! Three paths, by the op's flag and the number of activation rows `m`:
+//! - **q8 activations** (decode): each activation row is quantized once to 8 bits per
+//!   block of 32, then every weight row is an integer dot product per block, scaled in
+//!   f32. Q4_0 / Q4_1 / Q8_0 have vector arms: AVX-512 VNNI (`vpdpbusd`, 64 weights per
+//!   instruction), AVX2 (`vpmaddubsw` + `vpmaddwd`) and a portable one; other schemes
+//!   decode each weight block to f32 and dot it with the quantized row.
+//! - **GEMV** (`m == 1`, f32 activations): each weight block decoded into registers and
+//!   dotted with the row.
+//! - **tiled GEMM** (`m > 1`, f32 activations, prefill): up to `TILE_ROWS` weight rows
+//!   decoded to f32 at a time, then the packed f32 GEMM over all `m` rows, so each
+//!   decoded weight is used `m` times.
+//!
+//! Threads split output columns (whole weight rows); every output element is computed as
+//! on one thread, so results are bit-identical for any thread count. Arms may differ in
+//! the last bits (lane order of the f32 sums); each is checked against an f64 oracle.
+
+use super::matmul::Gemm;
+use crate::arena::{Args, Out, out_mut};
+use crate::features::{Arm, features};
+use crate::multiversion;
+use rayon::prelude::*;
+use rlx_ir::quant::{QuantScheme, dequantize_block};
+use rlx_ir::{Error, Result};
+
+/// Values per activation quantization block (llama.cpp's Q8_0 / Q8_1 block).
+pub const Q8_BLOCK: usize = 32;
+
+/// Weight rows decoded per GEMM tile: at k = 1536 a tile is 6 MiB of f32, and the rows of
+/// every SmolLM2 / TinyLlama projection fit in one or two tiles. Fixed (not derived from
+/// the thread count) so that the GEMM sees the same shapes whatever the threads.
+const TILE_ROWS: usize = 1024;
+
+#[derive(Clone, Debug)]
+pub struct QuantMatMulPlan {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub scheme: QuantScheme,
+    pub q8: bool,
+    pub threads: usize,
+}
+
+impl QuantMatMulPlan {
+    /// The plan for `x` (dims `[.., k]`) times weights `w` (dims `[n, row_bytes]`).
+    pub fn new(x: &[usize], w: &[usize], scheme: QuantScheme, q8: bool, threads: usize) -> QuantMatMulPlan {
+        let k = *x.last().unwrap_or(&0);
+        QuantMatMulPlan { m: x.iter().product::<usize>() / k.max(1), k, n: w[0], scheme, q8, threads }
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.k / self.scheme.block_size() * self.scheme.block_bytes()
+    }
+}
+
+pub fn dequant_matmul(p: &QuantMatMulPlan, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
+    dequant_matmul_into(p, arm, ins.get(0)?, ins.get(1)?, out_mut(out)?)
+}
+
+/// `out [m, n] = x [m, k] @ W^T` for the `n` weight rows packed in `w`, on `arm` (capped at
+/// what the host has) and the current pool's threads.
+pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) -> Result<()> {
+    if x.len() != p.m * p.k || w.len() != p.n * p.row_bytes() || out.len() != p.m * p.n {
+        return Err(Error::internal(format!(
+            "dequant_matmul: x {} / w {} bytes / out {} elements do not match [m {}, k {}] x [n {}] {}",
+            x.len(),
+            w.len(),
+            out.len(),
+            p.m,
+            p.k,
+            p.n,
+            p.scheme.name()
+        )));
+    }
+    if p.q8 && !p.k.is_multiple_of(Q8_BLOCK) {
+        return Err(Error::shape(format!("q8 activations need k a multiple of 32, got {}", p.k)));
+    }
+    let arm = arm.min(Arm::best());
+    if p.m == 0 || p.n == 0 {
+        return Ok(());
+    }
+    if p.q8 {
+        q8_matmul(p, arm, x, w, out);
+    } else if p.m == 1 {
+        par_columns(p, out, |i, j0, o| {
+            let rows = &w[j0 * p.row_bytes()..][..o.len() * p.row_bytes()];
+            gemv_f32(arm, p.scheme, p.k, rows, &x[i * p.k..][..p.k], o)
+        });
+    } else {
+        tiled_gemm(p, arm, x, w, out);
+    }
+    Ok(())
+}
+
+/// Runs `f(row, first_column, out_chunk)` over chunks of each output row, in parallel
+/// when the work is worth it. Chunks are whole columns, so every element is computed as
+/// on one thread.
+fn par_columns(p: &QuantMatMulPlan, out: &mut [f32], f: impl Fn(usize, usize, &mut [f32]) + Sync) {
+    let threads = rayon::current_num_threads().min(p.threads);
+    // ~4 chunks per thread balance uneven cores; 16 columns keep each chunk a cache line
+    // of output.
+    let chunk = p.n.div_ceil(threads * 4).next_multiple_of(16).max(16);
+    if threads <= 1 || p.n * p.k < 1 << 16 {
+        out.chunks_mut(p.n)
+            .enumerate()
+            .for_each(|(i, row)| row.chunks_mut(chunk).enumerate().for_each(|(c, o)| f(i, c * chunk, o)));
+        return;
+    }
+    out.par_chunks_mut(p.n).enumerate().for_each(|(i, row)| {
+        row.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| f(i, c * chunk, o));
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// q8 activations
+
+/// How a quantized activation row is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// Blocks in order, each in element order.
+    Natural,
+    /// Pairs of blocks `a, b` stored as `a[0..16], b[0..16], a[16..32], b[16..32]`: the
+    /// order in which two blocks of 4-bit weights come out of one 32-byte load split into
+    /// low and high nibbles, so the weights need no shuffle.
+    NibblePairs,
+}
+
+fn layout_for(scheme: QuantScheme) -> Layout {
+    match scheme {
+        QuantScheme::Q4_0 | QuantScheme::Q4_1 => Layout::NibblePairs,
+        _ => Layout::Natural,
+    }
+}
+
+/// Where elements `0..16` and `16..32` of block `b` (of `nb`) sit in a laid-out row.
+#[inline(always)]
+fn halves(layout: Layout, b: usize, nb: usize) -> (usize, usize) {
+    if layout == Layout::NibblePairs && b / 2 * 2 + 1 < nb {
+        let (base, second) = (b / 2 * 64, (b % 2) * 16);
+        (base + second, base + 32 + second)
+    } else {
+        (b * 32, b * 32 + 16)
+    }
+}
+
+/// A row quantized to 8 bits per block: values `q`, per-block scale `d` and `s = d * sum(q)`.
+struct Q8Row<'a> {
+    q: &'a [i8],
+    d: &'a [f32],
+    s: &'a [f32],
+}
+
+/// Quantizes `x` (whole blocks) into `q` / `d` / `s` laid out as `layout`:
+/// `d = max|x| / 127`, `q = round(x / d)` half away from zero (llama.cpp's `x * (1/d)`).
+pub fn quantize_q8_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], pairs: bool) {
+    let layout = if pairs { Layout::NibblePairs } else { Layout::Natural };
+    let nb = x.len() / Q8_BLOCK;
+    for b in 0..nb {
+        let xs = &x[b * Q8_BLOCK..][..Q8_BLOCK];
+        let amax = xs.iter().fold(0f32, |m, &v| if v.abs() > m || v.is_nan() { v.abs() } else { m });
+        let scale = amax / 127.0;
+        let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+        let (lo, hi) = halves(layout, b, nb);
+        let mut sum = 0i32;
+        for (j, &v) in xs.iter().enumerate() {
+            let qv = (v * inv).round() as i8; // saturating cast; |v * inv| <= 127 + rounding
+            q[if j < 16 { lo + j } else { hi + j - 16 }] = qv;
+            sum += qv as i32;
+        }
+        d[b] = scale;
+        s[b] = scale * sum as f32;
+    }
+}
+
+fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    let (m, k) = (p.m, p.k);
+    let nb = k / Q8_BLOCK;
+    let layout = layout_for(p.scheme);
+    // Scratch: the m quantized rows (k bytes each) after 2 * m * nb floats of scales.
+    let floats = 2 * m * nb + (m * k).div_ceil(4);
+    crate::threads::with_scratch::<f32, _>(floats, |scratch| {
+        let (scales, bytes) = scratch.split_at_mut(2 * m * nb);
+        let (d, s) = scales.split_at_mut(m * nb);
+        // SAFETY: i8 has alignment 1 and every bit pattern is valid; `bytes` holds
+        // at least m * k bytes.
+        let q = unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<i8>(), m * k) };
+        for i in 0..m {
+            let (qi, di, si) = (&mut q[i * k..][..k], &mut d[i * nb..][..nb], &mut s[i * nb..][..nb]);
+            quantize_q8_row(&x[i * k..][..k], qi, di, si, layout == Layout::NibblePairs);
+        }
+        let (q, d, s) = (&*q, &*d, &*s);
+        let rb = p.row_bytes();
+        let dot = dot_kernel(p.scheme, arm);
+        par_columns(p, out, |i, j0, o| {
+            let row = Q8Row { q: &q[i * k..][..k], d: &d[i * nb..][..nb], s: &s[i * nb..][..nb] };
+            for (jj, o) in o.iter_mut().enumerate() {
+                *o = dot(p.scheme, &w[(j0 + jj) * rb..][..rb], &row);
+            }
+        });
+    })
+}
+
+type DotFn = fn(QuantScheme, &[u8], &Q8Row) -> f32;
+
+/// The dot product of one weight row with a q8 row, for `scheme` on `arm`.
+fn dot_kernel(scheme: QuantScheme, arm: Arm) -> DotFn {
+    let f = features();
+    match scheme {
+        QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0 => {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
+                    // SAFETY: the features were just checked.
+                    return |s, w, a| unsafe { x86::dot_vnni_avx512(s, w, a) };
+                }
+                if arm >= Arm::Avx2 && f.has_avx2_fma() && f.f16c {
+                    // SAFETY: the features were just checked.
+                    return |s, w, a| unsafe { x86::dot_avx2(s, w, a) };
+                }
+            }
+            let _ = (arm, f);
+            dot_portable
+        }
+        _ => dot_decoded,
+    }
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// Integer dot of one block of 4-bit weights (16 bytes, low nibbles first) with its
+/// quantized activations at `lo` / `hi`.
+#[inline(always)]
+fn nibble_isum(qs: &[u8], a: &[i8], lo: usize, hi: usize) -> i32 {
+    let mut sum = 0i32;
+    for j in 0..16 {
+        sum += (qs[j] & 0xF) as i32 * a[lo + j] as i32 + (qs[j] >> 4) as i32 * a[hi + j] as i32;
+    }
+    sum
+}
+
+/// `(weights, block)`'s contribution for Q4_0 / Q4_1 / Q8_0, from the block's bytes.
+#[inline(always)]
+fn block_term(scheme: QuantScheme, wb: &[u8], a: &Q8Row, b: usize, nb: usize) -> f32 {
+    let (lo, hi) = halves(layout_for(scheme), b, nb);
+    match scheme {
+        QuantScheme::Q4_0 => {
+            // w = d (q - 8): sum = d da (sum q qa) - 8 d (da sum qa).
+            let dw = f16_at(wb, 0);
+            dw * a.d[b] * nibble_isum(&wb[2..18], a.q, lo, hi) as f32 - 8.0 * dw * a.s[b]
+        }
+        QuantScheme::Q4_1 => {
+            // w = d q + m: sum = d da (sum q qa) + m (da sum qa).
+            let (dw, mw) = (f16_at(wb, 0), f16_at(wb, 2));
+            dw * a.d[b] * nibble_isum(&wb[4..20], a.q, lo, hi) as f32 + mw * a.s[b]
+        }
+        _ => {
+            let dw = f16_at(wb, 0);
+            let isum: i32 = wb[2..34].iter().zip(&a.q[b * 32..][..32]).map(|(&w, &x)| w as i8 as i32 * x as i32).sum();
+            dw * a.d[b] * isum as f32
+        }
+    }
+}
+
+fn dot_portable(scheme: QuantScheme, w: &[u8], a: &Q8Row) -> f32 {
+    let (bb, nb) = (scheme.block_bytes(), a.d.len());
+    (0..nb).map(|b| block_term(scheme, &w[b * bb..][..bb], a, b, nb)).sum()
+}
+
+/// Any scheme: each weight block decoded to f32, dotted with the dequantized activations.
+fn dot_decoded(scheme: QuantScheme, w: &[u8], a: &Q8Row) -> f32 {
+    let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+    let mut block = [0f32; 256];
+    let mut sum = 0f32;
+    for (c, wb) in w.chunks_exact(bb).enumerate() {
+        let vals = &mut block[..bs];
+        dequantize_block(scheme, wb, vals);
+        for (e, &v) in vals.iter().enumerate() {
+            let at = c * bs + e; // Natural layout
+            sum += v * (a.q[at] as f32 * a.d[at / Q8_BLOCK]);
+        }
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Q8Row, QuantScheme, block_term};
+    use std::arch::x86_64::*;
+
+    /// Block `b`'s (d, m) or (d, 0) f16 pair as f32 lanes 0 and 1.
+    #[inline(always)]
+    unsafe fn scales_f16c(wb: *const u8, with_min: bool) -> (f32, f32) {
+        // SAFETY: the block starts with 2 (or with a min, 4) bytes of f16; F16C is enabled
+        // in every caller.
+        unsafe {
+            let raw =
+                if with_min { (wb as *const u32).read_unaligned() } else { (wb as *const u16).read_unaligned() as u32 };
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(raw as i32));
+            (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)))
+        }
+    }
+
+    /// Weights of blocks `b`, `b + 1` as 64 unsigned bytes in the order the q8 row stores
+    /// them (NibblePairs for 4-bit schemes; Q8_0 biased by +128 to be unsigned).
+    #[inline(always)]
+    unsafe fn pair_bytes_256(scheme: QuantScheme, wa: *const u8, wb: *const u8) -> (__m256i, __m256i) {
+        // SAFETY: `wa` / `wb` point at whole blocks of `scheme`; AVX2 is enabled in every caller.
+        unsafe {
+            match scheme {
+                QuantScheme::Q8_0 => {
+                    let bias = _mm256_set1_epi8(-128);
+                    (
+                        _mm256_xor_si256(_mm256_loadu_si256(wa.add(2) as *const __m256i), bias),
+                        _mm256_xor_si256(_mm256_loadu_si256(wb.add(2) as *const __m256i), bias),
+                    )
+                }
+                _ => {
+                    let off = if scheme == QuantScheme::Q4_1 { 4 } else { 2 };
+                    let x = _mm256_inserti128_si256(
+                        _mm256_castsi128_si256(_mm_loadu_si128(wa.add(off) as *const __m128i)),
+                        _mm_loadu_si128(wb.add(off) as *const __m128i),
+                        1,
+                    );
+                    let mask = _mm256_set1_epi8(0x0F);
+                    (_mm256_and_si256(x, mask), _mm256_and_si256(_mm256_srli_epi16(x, 4), mask))
+                }
+            }
+        }
+    }
+
+    /// The scalar per-block terms beside the integer sums: Q4_1's min, Q4_0's -8 offset,
+    /// Q8_0's +128 bias; and the block's weight scale.
+    #[inline(always)]
+    unsafe fn block_scale(scheme: QuantScheme, w: *const u8, s: f32) -> (f32, f32) {
+        match scheme {
+            QuantScheme::Q4_1 => {
+                let (d, m) = unsafe { scales_f16c(w, true) };
+                (d, m * s)
+            }
+            QuantScheme::Q4_0 => {
+                let (d, _) = unsafe { scales_f16c(w, false) };
+                (d, -8.0 * d * s)
+            }
+            _ => {
+                let (d, _) = unsafe { scales_f16c(w, false) };
+                (d, -128.0 * d * s)
+            }
+        }
+    }
+
+    /// AVX-512 VNNI: two blocks (64 weights) per `vpdpbusd`.
+    ///
+    /// # Safety
+    /// The host has AVX-512 F/BW/VL/DQ, VNNI, AVX2, FMA and F16C; `w` is a whole row of
+    /// `a.d.len()` blocks of `scheme` (Q4_0, Q4_1 or Q8_0).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_vnni_avx512(scheme: QuantScheme, w: &[u8], a: &Q8Row) -> f32 {
+        // SAFETY: the caller guarantees the features; every load reads inside `w` (whole
+        // blocks) or `a.q` (pairs of 32-value blocks).
+        unsafe {
+            let (bb, nb) = (scheme.block_bytes(), a.d.len());
+            let q8 = scheme == QuantScheme::Q8_0;
+            // Lanes of a block pair: NibblePairs puts block a in i32 lanes 0-3 and 8-11, block
+            // b in 4-7 and 12-15; Natural (Q8_0) a in 0-7, b in 8-15.
+            let pick = if q8 {
+                _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)
+            } else {
+                _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+            };
+            let mut acc = _mm512_setzero_ps();
+            let mut extra = 0f32;
+            let mut b = 0;
+            while b + 1 < nb {
+                let (pa, pb) = (w.as_ptr().add(b * bb), w.as_ptr().add((b + 1) * bb));
+                let (x0, x1) = pair_bytes_256(scheme, pa, pb);
+                let wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+                let az = _mm512_loadu_si512(a.q.as_ptr().add(b * 32) as *const __m512i);
+                let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az);
+                let (da, ea) = block_scale(scheme, pa, a.s[b]);
+                let (db, eb) = block_scale(scheme, pb, a.s[b + 1]);
+                extra += ea + eb;
+                let pair = _mm512_castps128_ps512(_mm_setr_ps(da * a.d[b], db * a.d[b + 1], 0.0, 0.0));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(pick, pair), acc);
+                b += 2;
+            }
+            let mut sum = _mm512_reduce_add_ps(acc) + extra;
+            if b < nb {
+                sum += block_term(scheme, &w[b * bb..][..bb], a, b, nb);
+            }
+            sum
+        }
+    }
+
+    /// AVX2: a block pair as two `vpmaddubsw` (16-bit sums) and one `vpmaddwd`.
+    ///
+    /// # Safety
+    /// The host has AVX2, FMA and F16C; `w` as for [`dot_vnni_avx512`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_avx2(scheme: QuantScheme, w: &[u8], a: &Q8Row) -> f32 {
+        // SAFETY: the caller guarantees the features; every load reads inside `w` (whole
+        // blocks) or `a.q` (pairs of 32-value blocks).
+        unsafe {
+            let (bb, nb) = (scheme.block_bytes(), a.d.len());
+            let q8 = scheme == QuantScheme::Q8_0;
+            let ones = _mm256_set1_epi16(1);
+            let mut acc = _mm256_setzero_ps();
+            let mut extra = 0f32;
+            let mut b = 0;
+            while b + 1 < nb {
+                let (pa, pb) = (w.as_ptr().add(b * bb), w.as_ptr().add((b + 1) * bb));
+                let a0 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32) as *const __m256i);
+                let a1 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32 + 32) as *const __m256i);
+                let (p0, p1) = if q8 {
+                    // Signed weights: |w| * sign(a, w), so the unsigned operand stays <= 128 and
+                    // a 16-bit pair sum <= 2 * 128 * 127.
+                    let w0 = _mm256_loadu_si256(pa.add(2) as *const __m256i);
+                    let w1 = _mm256_loadu_si256(pb.add(2) as *const __m256i);
+                    (
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(w0), _mm256_sign_epi8(a0, w0)),
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(w1), _mm256_sign_epi8(a1, w1)),
+                    )
+                } else {
+                    let (x0, x1) = pair_bytes_256(scheme, pa, pb);
+                    (_mm256_maddubs_epi16(x0, a0), _mm256_maddubs_epi16(x1, a1))
+                };
+                let (da, ea) = block_scale(scheme, pa, a.s[b]);
+                let (db, eb) = block_scale(scheme, pb, a.s[b + 1]);
+                let (sa, sb) = (da * a.d[b], db * a.d[b + 1]);
+                if q8 {
+                    // Natural layout: p0 is block a, p1 block b; no bias to remove.
+                    let ia = _mm256_madd_epi16(p0, ones);
+                    let ib = _mm256_madd_epi16(p1, ones);
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), _mm256_set1_ps(sa), acc);
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ib), _mm256_set1_ps(sb), acc);
+                } else {
+                    // NibblePairs: 16-bit lanes 0-7 block a, 8-15 block b, in both halves.
+                    extra += ea + eb;
+                    let isum = _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones);
+                    let scale = _mm256_setr_ps(sa, sa, sa, sa, sb, sb, sb, sb);
+                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+                }
+                b += 2;
+            }
+            let hi = _mm256_extractf128_ps(acc, 1);
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(acc), hi);
+            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+            let mut sum = _mm_cvtss_f32(s1) + extra;
+            if b < nb {
+                sum += block_term(scheme, &w[b * bb..][..bb], a, b, nb);
+            }
+            sum
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// f32 activations
+
+multiversion! {
+    /// `out[j] = x . W[j]` for the weight rows in `rows`, each block decoded into `buf`.
+    fn gemv_f32(scheme: QuantScheme, k: usize, rows: &[u8], x: &[f32], out: &mut [f32]) {
+        let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+        let rb = k / bs * bb;
+        let mut buf = [0f32; 256];
+        for (o, row) in out.iter_mut().zip(rows.chunks_exact(rb)) {
+            let mut lanes = [0f32; 16];
+            for (c, wb) in row.chunks_exact(bb).enumerate() {
+                let vals = &mut buf[..bs];
+                decode_block(scheme, wb, vals);
+                let xs = &x[c * bs..][..bs];
+                if bs >= 16 {
+                    for (v, xv) in vals.chunks_exact(16).zip(xs.chunks_exact(16)) {
+                        for l in 0..16 {
+                            lanes[l] += v[l] * xv[l];
+                        }
+                    }
+                } else {
+                    for (l, (&v, &xv)) in vals.iter().zip(xs).enumerate() {
+                        lanes[l] += v * xv;
+                    }
+                }
+            }
+            *o = lanes.iter().sum();
+        }
+    }
+}
+
+/// One block decoded, with the 32-element formats written as plain loops (so they
+/// vectorize inside each arm) and the rest through `rlx_ir::quant`. The values are
+/// exactly `rlx_ir::quant::dequantize_block`'s (same f32 operations, no contraction).
+#[inline(always)]
+fn decode_block(scheme: QuantScheme, wb: &[u8], o: &mut [f32]) {
+    match scheme {
+        QuantScheme::Q4_0 => {
+            let d = f16_at(wb, 0);
+            for j in 0..16 {
+                o[j] = d * ((wb[2 + j] & 0xF) as i32 - 8) as f32;
+                o[j + 16] = d * ((wb[2 + j] >> 4) as i32 - 8) as f32;
+            }
+        }
+        QuantScheme::Q4_1 => {
+            let (d, m) = (f16_at(wb, 0), f16_at(wb, 2));
+            for j in 0..16 {
+                o[j] = d * (wb[4 + j] & 0xF) as f32 + m;
+                o[j + 16] = d * (wb[4 + j] >> 4) as f32 + m;
+            }
+        }
+        QuantScheme::Q8_0 => {
+            let d = f16_at(wb, 0);
+            for j in 0..32 {
+                o[j] = d * (wb[2 + j] as i8) as f32;
+            }
+        }
+        QuantScheme::F32 => o[0] = f32::from_le_bytes([wb[0], wb[1], wb[2], wb[3]]),
+        _ => dequantize_block(scheme, wb, o),
+    }
+}
+
+multiversion! {
+    /// Decodes whole weight rows into f32 rows of `k`.
+    fn decode_rows(scheme: QuantScheme, k: usize, rows: &[u8], out: &mut [f32]) {
+        let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+        for (wb, o) in rows.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
+            decode_block(scheme, wb, o);
+        }
+        let _ = k;
+    }
+}
+
+fn tiled_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    let (m, k, n, rb) = (p.m, p.k, p.n, p.row_bytes());
+    let tile = TILE_ROWS.min(n);
+    let threads = rayon::current_num_threads().min(p.threads);
+    crate::threads::with_scratch::<f32, _>(tile * k, |buf| {
+        for j0 in (0..n).step_by(tile) {
+            let rows = tile.min(n - j0);
+            let dst = &mut buf[..rows * k];
+            let src = &w[j0 * rb..][..rows * rb];
+            // Decode in parallel by whole rows (elementwise: any split gives the same bits).
+            if threads > 1 {
+                let per = rows.div_ceil(threads * 4).max(1);
+                dst.par_chunks_mut(per * k)
+                    .zip(src.par_chunks(per * rb))
+                    .for_each(|(o, s)| decode_rows(arm, p.scheme, k, s, o));
+            } else {
+                decode_rows(arm, p.scheme, k, src, dst);
+            }
+            // out[:, j0..j0 + rows] = x [m, k] @ tile^T; the tile [rows, k] read transposed.
+            f32::gemm(m, k, rows, x, (k, 1), dst, (1, k), &mut out[j0..], n, threads);
+        }
+    })
+}

@@ -1,0 +1,163 @@
+//! `dequant_matmul` on every scheme and arm against an f64 oracle: weights decoded by
+//! `rlx_oracle::quant` (written separately from `rlx_ir::quant` and the kernels), the
+//! q8 activation quantization re-derived here from its definition, products summed in f64.
+
+use rlx_cpu::features::Arm;
+use rlx_cpu::kernels::quant_matmul::{QuantMatMulPlan, dequant_matmul_into};
+use rlx_ir::quant::QuantScheme;
+use rlx_oracle::Rng;
+
+/// Byte offsets of each block's f16 scale fields (set to sane values so blocks decode to
+/// finite numbers; every other byte is random).
+fn scale_fields(s: QuantScheme) -> &'static [usize] {
+    match s {
+        QuantScheme::Q4_0 | QuantScheme::Q5_0 | QuantScheme::Q8_0 => &[0],
+        QuantScheme::Q4_1 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K => &[0, 2],
+        QuantScheme::Q2K => &[80, 82],
+        QuantScheme::Q3K => &[108],
+        QuantScheme::Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// `n` random weight rows of `k` values in `scheme`.
+fn random_weights(rng: &mut Rng, s: QuantScheme, n: usize, k: usize) -> Vec<u8> {
+    let (bs, bb) = (s.block_size(), s.block_bytes());
+    let mut w = Vec::with_capacity(n * k / bs * bb);
+    for _ in 0..n * k / bs {
+        let mut block: Vec<u8> = (0..bb).map(|_| rng.int(0, 255) as u8).collect();
+        match s {
+            QuantScheme::F32 => block = (rng.uniform(-1.0, 1.0) as f32).to_le_bytes().to_vec(),
+            QuantScheme::F16 => block = half::f16::from_f64(rng.uniform(-1.0, 1.0)).to_le_bytes().to_vec(),
+            QuantScheme::BF16 => block = half::bf16::from_f64(rng.uniform(-1.0, 1.0)).to_le_bytes().to_vec(),
+            QuantScheme::Q8K => block[..4].copy_from_slice(&(rng.uniform(-0.05, 0.05) as f32).to_le_bytes()),
+            _ => {}
+        }
+        for &at in scale_fields(s) {
+            block[at..at + 2].copy_from_slice(&half::f16::from_f64(rng.uniform(-0.05, 0.05)).to_le_bytes());
+        }
+        w.extend(block);
+    }
+    w
+}
+
+fn decode_rows(s: QuantScheme, w: &[u8]) -> Vec<f64> {
+    w.chunks(s.block_bytes()).flat_map(|b| rlx_oracle::quant::decode_f64(s.name(), b)).collect()
+}
+
+/// The q8 activation semantics, from the op's documentation: per block of 32,
+/// `d = max|x| / 127` and `q = round_half_away(x * (1 / d))`, in f32; returns `q * d`.
+fn q8_reference(x: &[f32]) -> Vec<f64> {
+    x.chunks(32)
+        .flat_map(|block| {
+            let amax = block.iter().map(|v| v.abs()).fold(0f32, f32::max);
+            let d = amax / 127f32;
+            let inv = if d == 0.0 { 0.0 } else { 1f32 / d };
+            block.iter().map(move |&v| {
+                let t = (v * inv) as f64;
+                let q = t.signum() * (t.abs() + 0.5).floor();
+                q * d as f64
+            })
+        })
+        .collect()
+}
+
+/// Runs the kernel and checks every element against the f64 product: within the f32
+/// summation bound (2 ulps per addition along the longest chain) of sum |x_j w_j|.
+fn check(s: QuantScheme, m: usize, k: usize, n: usize, q8: bool, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let w = random_weights(&mut rng, s, n, k);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+    let wd = decode_rows(s, &w);
+    let xd: Vec<f64> =
+        if q8 { x.chunks(k).flat_map(q8_reference).collect() } else { x.iter().map(|&v| v as f64).collect() };
+    let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, q8, 1);
+    for arm in Arm::available() {
+        let mut out = vec![f32::NAN; m * n];
+        dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
+        for i in 0..m {
+            for j in 0..n {
+                let terms = (0..k).map(|p| xd[i * k + p] * wd[j * k + p]);
+                let (want, mag) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                let tol = (k as f64 / 16.0 + 40.0) * 2.0 * f32::EPSILON as f64 * mag + 1e-30;
+                let got = out[i * n + j] as f64;
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{} m{m} k{k} n{n} q8 {q8} arm {}: out[{i},{j}] = {got}, f64 {want} (tol {tol:.2e})",
+                    s.name(),
+                    arm.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_scheme_matches_the_f64_oracle() {
+    for (i, s) in QuantScheme::ALL.into_iter().enumerate() {
+        let bs = s.block_size().max(32);
+        // Odd block counts exercise the pair kernels' tails; m = 1 is the GEMV, m = 5 the
+        // tiled GEMM (or, with q8, five quantized rows).
+        for (m, blocks, n) in [(1, 1, 1), (1, 3, 17), (5, 2, 3), (2, 19, 9)] {
+            let k = blocks * bs;
+            for q8 in [false, true] {
+                check(s, m, k, n, q8, 100 + i as u64 * 7 + m as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn long_rows_and_tiles_match_the_oracle() {
+    // k = 1536 (SmolLM2's FFN), n past one GEMM tile (1024 rows).
+    check(QuantScheme::Q4_1, 7, 1536, 1030, false, 1);
+    check(QuantScheme::Q4_1, 1, 1536, 65, true, 2);
+    check(QuantScheme::Q8_0, 1, 576, 33, true, 3);
+    check(QuantScheme::Q4_0, 3, 576, 20, true, 4);
+}
+
+#[test]
+fn q8_activations_are_not_the_f32_product() {
+    // The q8 path must quantize: its result differs from the f32 product by more than the
+    // rounding bound on random data (a kernel ignoring the flag fails `check` above; this
+    // makes sure the two oracles are far enough apart for that to be a real test).
+    let mut rng = Rng::new(9);
+    let (k, n) = (256, 4);
+    let w = random_weights(&mut rng, QuantScheme::Q4_1, n, k);
+    let x: Vec<f32> = (0..k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+    let wd = decode_rows(QuantScheme::Q4_1, &w);
+    let (exact, quant) = (x.iter().map(|&v| v as f64).collect::<Vec<_>>(), q8_reference(&x));
+    let dot = |a: &[f64], j: usize| (0..k).map(|p| a[p] * wd[j * k + p]).sum::<f64>();
+    let gap = (0..n).map(|j| (dot(&exact, j) - dot(&quant, j)).abs()).fold(0.0, f64::max);
+    assert!(gap > 1e-4, "q8 and f32 products differ by only {gap}");
+}
+
+#[test]
+fn nan_propagates_and_zero_rows_stay_zero() {
+    let mut rng = Rng::new(5);
+    let (k, n) = (64, 3);
+    for s in [QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q4_0, QuantScheme::Q6K] {
+        let k = k.max(s.block_size());
+        let w = random_weights(&mut rng, s, n, k);
+        let plan = |q8| QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, q8, 1);
+        for arm in Arm::available() {
+            for q8 in [false, true] {
+                let mut x = vec![0f32; k];
+                let mut out = vec![1f32; n];
+                dequant_matmul_into(&plan(q8), arm, &x, &w, &mut out).unwrap();
+                assert!(out.iter().all(|&v| v == 0.0), "{} zero row -> {out:?}", s.name());
+                x[k - 1] = f32::NAN;
+                dequant_matmul_into(&plan(q8), arm, &x, &w, &mut out).unwrap();
+                assert!(out.iter().all(|v| v.is_nan()), "{} NaN row -> {out:?} ({}, q8 {q8})", s.name(), arm.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_sizes_are_errors() {
+    let plan = QuantMatMulPlan::new(&[1, 64], &[2, 40], QuantScheme::Q4_1, false, 1);
+    let mut out = vec![0f32; 2];
+    let err = dequant_matmul_into(&plan, Arm::Portable, &[0.0; 64], &[0; 39], &mut out).unwrap_err();
+    assert!(err.to_string().contains("Q4_1"), "{err}");
+}
