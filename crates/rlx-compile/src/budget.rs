@@ -14,7 +14,8 @@ pub struct Budget {
     pub width_overhead_bytes: usize,
     /// Bytes copied across the host boundary per run: inputs in, outputs out.
     pub boundary_bytes_per_run: usize,
-    /// Bytes of params and constants resident in the arena.
+    /// Bytes of params (in the arena, or in their own buffers where the target keeps them
+    /// outside) and constants (in the arena).
     pub param_bytes: usize,
     /// Kernel calls per run (views cost none).
     pub dispatches: usize,
@@ -34,8 +35,10 @@ pub fn budget(s: &Schedule, plan: &MemoryPlan) -> Budget {
         boundary_bytes_per_run: s.inputs.iter().chain(&s.outputs).map(|&v| native(v)).sum(),
         param_bytes: materialized()
             .filter(|&v| matches!(s.values[v].kind, ValueKind::Param { .. } | ValueKind::Constant(_)))
+            .filter(|&v| plan.slots[v].is_some_and(|slot| slot.param.is_none()))
             .map(bytes)
-            .sum(),
+            .sum::<usize>()
+            + plan.param_bytes.iter().sum::<usize>(),
         dispatches: executed().count(),
         bytes_moved: executed()
             .map(|(_, st)| st.inputs.iter().chain(&st.outputs).chain(&st.temps).map(|&v| bytes(v)).sum::<usize>())

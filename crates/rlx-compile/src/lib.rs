@@ -31,15 +31,19 @@ pub struct Target {
     pub name: &'static str,
     pub width_policy: ArenaWidthPolicy,
     pub fusion_limits: FusionLimits,
+    /// Params get buffers of their own instead of arena bytes (see `memory`).
+    pub params_outside_arena: bool,
 }
 
 impl Target {
     /// The CPU: f16/bf16 computed in f32 buffers; regions up to 32 ops and 8 inputs
-    /// (a block of 256 elements times 40 registers is 40 KiB of scratch, inside L1+L2).
+    /// (a block of 256 elements times 40 registers is 40 KiB of scratch, inside L1+L2);
+    /// params in their own buffers (weights mapped from a GGUF file, shared KV caches).
     pub const CPU: Target = Target {
         name: "cpu",
         width_policy: ArenaWidthPolicy::F32Uniform,
         fusion_limits: FusionLimits { max_ops: 32, max_inputs: 8, patterns: true },
+        params_outside_arena: true,
     };
 
     pub fn by_name(name: &str) -> Option<Target> {
@@ -76,7 +80,7 @@ pub fn compile(graph: &Graph, target: &Target, options: &CompileOptions) -> Resu
     let limits = resolve_fusion_limits(target, options);
     fusion::fuse(&mut schedule, &limits, &mut log.notes)?;
     schedule.verify()?;
-    let plan = plan_memory(&schedule, target.width_policy, options.memory_reuse)?;
+    let plan = plan_memory(&schedule, target.width_policy, options.memory_reuse, target.params_outside_arena)?;
     if options.fusion_log {
         for line in &log.notes {
             eprintln!("[rlx fusion] {line}");

@@ -8,6 +8,12 @@
 //! 64-byte-aligned offset that overlaps no storage live at the same time.
 //! `check_plan` re-derives liveness from the schedule and proves no two live values
 //! overlap.
+//!
+//! A target may keep params outside the arena (`Target::params_outside_arena`, the CPU
+//! does): each param is then its own buffer, which the runtime can fill once, share
+//! between programs or map straight from a file, and a `kv_append` that is the only reader
+//! of a param cache writes into that buffer in place. The cache is then state that
+//! persists across runs (how a decode step keeps its KV cache without copying it).
 
 use crate::schedule::{Kernel, Schedule, ValueId, ValueKind};
 use rlx_ir::shape::numel;
@@ -51,13 +57,16 @@ impl ArenaWidthPolicy {
     }
 }
 
-/// A value's bytes in the arena.
+/// A value's bytes: in the arena, or in the buffer of param `param`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
     pub offset: usize,
     pub bytes: usize,
     /// Bytes per element (the width policy's answer for this value).
     pub elem_bytes: usize,
+    /// The param (index in `Schedule::params`) whose own buffer holds the value; `None`
+    /// for the arena.
+    pub param: Option<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +76,9 @@ pub struct MemoryPlan {
     pub slots: Vec<Option<Slot>>,
     /// Bytes the arena needs.
     pub arena_bytes: usize,
+    /// Per param (in `Schedule::params` order), the bytes of its own buffer when params
+    /// live outside the arena (0 for a param nothing reads); empty otherwise.
+    pub param_bytes: Vec<usize>,
     /// Bytes every storage would take side by side (the plan without reuse).
     pub unshared_bytes: usize,
     /// Steps that run as views: no kernel, the output aliases the input.
@@ -138,11 +150,18 @@ fn in_place_operand(s: &Schedule, step: usize) -> Vec<usize> {
     }
 }
 
-pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool) -> Result<MemoryPlan> {
+pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool, params_outside: bool) -> Result<MemoryPlan> {
     let n = s.values.len();
     let iv = value_intervals(s);
     let elem = |v: ValueId| policy.elem_bytes(s.values[v].dtype, &s.values[v].kind);
     let bytes = |v: ValueId| numel(&s.values[v].dims) * elem(v);
+    let is_param = |v: ValueId| matches!(s.values[v].kind, ValueKind::Param { .. });
+    let mut readers = vec![0usize; n];
+    for step in &s.steps {
+        for &v in &step.inputs {
+            readers[v] += 1;
+        }
+    }
 
     // Storages: each materialized value starts as its own; views and in-place join them.
     let mut storage: Vec<usize> = (0..n).collect();
@@ -180,7 +199,13 @@ pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool) -> Resul
             let whole =
                 offset_in_storage[v] == 0 && bytes(v) == bytes(r) && storage.iter().filter(|&&x| x == r).count() == 1;
             let fits = bytes(v) == bytes(out) && elem(v) == elem(out) && s.values[v].dims == s.values[out].dims;
-            if matches!(s.values[v].kind, ValueKind::Intermediate) && ends_here && whole && fits && !s.is_output(v) {
+            let dead_here = matches!(s.values[v].kind, ValueKind::Intermediate) && ends_here;
+            // A param cache read by this kv_append alone: the append is its state update.
+            let param_state = params_outside
+                && is_param(v)
+                && matches!(&step.kernel, Kernel::Op(Op::KvAppend { .. }))
+                && readers[v] == 1;
+            if (dead_here || param_state) && whole && fits && !s.is_output(v) {
                 storage[out] = r;
                 if let (Some(a), Some(b)) = (storage_iv[r], iv[out]) {
                     storage_iv[r] = Some((a.0.min(b.0), a.1.max(b.1)));
@@ -193,7 +218,8 @@ pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool) -> Resul
     let roots: Vec<usize> = (0..n).map(|v| root(&storage, v)).collect();
 
     // Bytes a storage spans: its root value's bytes (views never extend past their source).
-    let mut order: Vec<usize> = (0..n).filter(|&v| roots[v] == v && iv[v].is_some()).collect();
+    let outside = |r: usize| params_outside && is_param(r);
+    let mut order: Vec<usize> = (0..n).filter(|&r| roots[r] == r && iv[r].is_some() && !outside(r)).collect();
     let unshared_bytes: usize = order.iter().map(|&r| bytes(r).next_multiple_of(ALIGN)).sum();
     let persistent = |v: usize| matches!(s.values[v].kind, ValueKind::Param { .. } | ValueKind::Constant(_));
     // Persistent storages first (they are set once and must survive every run), then by
@@ -224,13 +250,21 @@ pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool) -> Resul
         placed.push((offset, size, life));
         arena_bytes = arena_bytes.max(offset + size);
     }
+    let param_index = |r: usize| s.params.iter().position(|&p| p == r);
     let slots = (0..n)
         .map(|v| {
             iv[v]?;
-            Some(Slot { offset: storage_offset[roots[v]] + offset_in_storage[v], bytes: bytes(v), elem_bytes: elem(v) })
+            let r = roots[v];
+            let (param, base) = if outside(r) { (param_index(r), 0) } else { (None, storage_offset[r]) };
+            Some(Slot { offset: base + offset_in_storage[v], bytes: bytes(v), elem_bytes: elem(v), param })
         })
         .collect();
-    let plan = MemoryPlan { policy, slots, arena_bytes, unshared_bytes, views, in_place, storage: roots };
+    let param_bytes = if params_outside {
+        s.params.iter().map(|&p| if iv[p].is_some() && roots[p] == p { bytes(p) } else { 0 }).collect()
+    } else {
+        Vec::new()
+    };
+    let plan = MemoryPlan { policy, slots, arena_bytes, param_bytes, unshared_bytes, views, in_place, storage: roots };
     check_plan(s, &plan)?;
     Ok(plan)
 }
@@ -243,11 +277,17 @@ pub fn check_plan(s: &Schedule, plan: &MemoryPlan) -> Result<()> {
     let live: Vec<(ValueId, Interval, Slot)> =
         (0..s.values.len()).filter_map(|v| Some((v, iv[v]?, plan.slots[v]?))).collect();
     for &(v, _, slot) in &live {
-        if slot.offset + slot.bytes > plan.arena_bytes {
-            return Err(Error::internal(format!("plan: {} ends past the arena", s.describe(v))));
+        let (end, place) = match slot.param {
+            None => (plan.arena_bytes, "the arena"),
+            Some(p) => (plan.param_bytes.get(p).copied().unwrap_or(0), "its param buffer"),
+        };
+        if slot.offset + slot.bytes > end {
+            return Err(Error::internal(format!("plan: {} ends past {place}", s.describe(v))));
         }
     }
-    let mut by_start: Vec<&(ValueId, Interval, Slot)> = live.iter().collect();
+    // Param buffers hold one storage each (the param, its views, its in-place cache).
+    let mut by_start: Vec<&(ValueId, Interval, Slot)> =
+        live.iter().filter(|(_, _, slot)| slot.param.is_none()).collect();
     by_start.sort_by_key(|(_, _, slot)| slot.offset);
     for (i, &&(a, ia, sa)) in by_start.iter().enumerate() {
         for &&(b, ib, sb) in &by_start[i + 1..] {

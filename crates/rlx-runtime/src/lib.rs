@@ -15,6 +15,7 @@ pub mod cpu {
 mod session;
 
 pub use rlx_compile::{CompileOptions, PrecisionPolicy};
+pub use rlx_cpu::{ParamBuffer, SharedBytes};
 pub use session::{Boundary, CompiledGraph, Session};
 
 use std::sync::OnceLock;

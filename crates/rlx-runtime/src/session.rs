@@ -1,7 +1,7 @@
 //! [`Session`] and [`CompiledGraph`]: the user-facing compile-once, run-many surface.
 
 use crate::backend::{Backend, Executable, cpu::CpuBackend};
-use crate::{CompileOptions, Device};
+use crate::{CompileOptions, Device, ParamBuffer};
 use rlx_ir::shape::{fmt_type, numel};
 use rlx_ir::{DType, Error, Graph, HostTensor, Result};
 use std::collections::HashMap;
@@ -114,6 +114,22 @@ impl CompiledGraph {
         let i = self.param_slot(name)?;
         let t = coerce("param", &self.params[i], value)?;
         self.executable.set_param(i, t.as_ref().unwrap_or(value))
+    }
+
+    /// The buffer param `name` lives in (`None` when nothing reads it). Binding it into
+    /// another compiled graph shares it: a KV cache both a prefill and a decode graph
+    /// append to, or weights loaded once.
+    pub fn param_buffer(&self, name: &str) -> Result<Option<ParamBuffer>> {
+        let i = self.param_slot(name)?;
+        self.executable.param_buffer(i)
+    }
+
+    /// Makes param `name` use `buffer` without copying: a [`ParamBuffer`] from another
+    /// compiled graph, or borrowed bytes ([`ParamBuffer::from_bytes`], e.g. a memory-mapped
+    /// GGUF tensor). The buffer must hold the param's exact dtype and dims.
+    pub fn bind_param(&mut self, name: &str, buffer: &ParamBuffer) -> Result<()> {
+        let i = self.param_slot(name)?;
+        self.executable.bind_param(i, buffer.clone())
     }
 
     /// f32 values converted (never reinterpreted) to each input's declared dtype;

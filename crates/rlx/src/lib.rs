@@ -15,10 +15,11 @@ pub use rlx_runtime as runtime;
 pub mod prelude {
     pub use rlx_ir::{
         AttentionMask, BinaryOp, CompareOp, Conv2dParams, DType, Error, Graph, HostTensor, NodeId, Op, PoolParams,
-        ReduceOp, Result, RopeStyle, Unary,
+        ReduceOp, Result, RopeStyle, Unary, quant::QuantScheme,
     };
     pub use rlx_runtime::{
-        CompileOptions, CompiledGraph, Device, PrecisionPolicy, Session, fastest_device, is_available,
+        CompileOptions, CompiledGraph, Device, ParamBuffer, PrecisionPolicy, Session, SharedBytes, fastest_device,
+        is_available,
     };
 }
 

@@ -1,10 +1,13 @@
-//! The one arena a program runs in, and the typed views kernels get of it.
+//! The one arena a program runs in, and the typed views kernels get of it (and of the
+//! param buffers, which live outside the arena: `param`).
 //!
-//! Soundness rests on the memory plan: `rlx_compile::check_plan` proved at compile time
-//! that a step's outputs and temps never overlap the inputs it reads, except for the
-//! in-place pairs the planner chose, and kernels that run in place access the aliased
-//! pair only through raw pointers (`Args::ptr`, `Out::ptr`). Debug builds re-check every
-//! slice handed out against the step's outputs.
+//! A [`TSlot`] names a buffer by index in a table of base addresses (0: the arena,
+//! `p + 1`: param `p`'s buffer). Soundness rests on the memory plan:
+//! `rlx_compile::check_plan` proved at compile time that a step's outputs and temps never
+//! overlap the inputs it reads, except for the in-place pairs the planner chose, and
+//! kernels that run in place access the aliased pair only through raw pointers
+//! (`Args::ptr`, `Out::ptr`). Debug builds re-check every slice handed out against the
+//! step's outputs.
 
 use crate::buffer::{Class, Elem};
 use rlx_ir::{DType, Error, HostTensor, Result, encode_le, f32_to_bf16, f32_to_f16};
@@ -70,59 +73,63 @@ impl Arena {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
-    pub fn base(&mut self) -> *mut u8 {
-        self.ptr.as_ptr()
+    pub fn base(&mut self) -> BufPtr {
+        BufPtr(self.ptr.as_ptr())
     }
 
-    /// Writes `t` (of `slot`'s dtype) into `slot`, widening f16/bf16 to f32 storage.
-    pub fn write_host(&mut self, slot: TSlot, t: &HostTensor) -> Result<()> {
-        let want = slot.len * slot.class.size_bytes();
-        let dst = self
-            .bytes_mut()
-            .get_mut(slot.offset..slot.offset + want)
-            .ok_or_else(|| Error::internal("write_host: slot outside the arena"))?;
-        match (slot.class, t.dtype()) {
-            (Class::F32, DType::F16) => {
-                for (d, s) in dst.chunks_exact_mut(4).zip(t.bytes().chunks_exact(2)) {
-                    d.copy_from_slice(&half::f16::from_le_bytes([s[0], s[1]]).to_f32().to_le_bytes());
-                }
-            }
-            (Class::F32, DType::BF16) => {
-                for (d, s) in dst.chunks_exact_mut(4).zip(t.bytes().chunks_exact(2)) {
-                    d.copy_from_slice(&half::bf16::from_le_bytes([s[0], s[1]]).to_f32().to_le_bytes());
-                }
-            }
-            _ if t.bytes().len() == want => dst.copy_from_slice(t.bytes()),
-            (c, d) => return Err(Error::internal(format!("write_host: {d} tensor into {c:?} storage"))),
-        }
-        Ok(())
+    /// The arena's bytes, for writing constants and inputs into their slots.
+    pub fn slot_bytes_mut(&mut self, slot: TSlot) -> Result<&mut [u8]> {
+        let (a, b) = slot.range();
+        self.bytes_mut().get_mut(a..b).ok_or_else(|| Error::internal("slot outside the arena"))
     }
 
-    /// The tensor `slot` holds, as `dtype` with `dims`.
-    pub fn read_host(&self, slot: TSlot, dtype: DType, dims: &[usize]) -> Result<HostTensor> {
-        let src = self
-            .bytes()
-            .get(slot.offset..slot.offset + slot.len * slot.class.size_bytes())
-            .ok_or_else(|| Error::internal("read_host: slot outside the arena"))?;
-        let bytes = match (slot.class, dtype) {
-            (Class::F32, DType::F16 | DType::BF16) => {
-                let values: Vec<f32> =
-                    src.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                if dtype == DType::F16 {
-                    encode_le(&values, |x| f32_to_f16(x).to_le_bytes())
-                } else {
-                    encode_le(&values, |x| f32_to_bf16(x).to_le_bytes())
-                }
-            }
-            _ => src.to_vec(),
-        };
-        HostTensor::from_bytes(dtype, dims, bytes)
+    /// The bytes of `slot`.
+    pub fn slot_bytes(&self, slot: TSlot) -> Result<&[u8]> {
+        let (a, b) = slot.range();
+        self.bytes().get(a..b).ok_or_else(|| Error::internal("slot outside the arena"))
     }
 }
 
-/// A tensor's place in the arena: byte offset, element count, storage class.
+/// Writes `t` into `dst`, a buffer of storage `class`, widening f16/bf16 to f32 storage.
+pub fn write_host(dst: &mut [u8], class: Class, t: &HostTensor) -> Result<()> {
+    match (class, t.dtype()) {
+        (Class::F32, DType::F16) => {
+            for (d, s) in dst.chunks_exact_mut(4).zip(t.bytes().chunks_exact(2)) {
+                d.copy_from_slice(&half::f16::from_le_bytes([s[0], s[1]]).to_f32().to_le_bytes());
+            }
+        }
+        (Class::F32, DType::BF16) => {
+            for (d, s) in dst.chunks_exact_mut(4).zip(t.bytes().chunks_exact(2)) {
+                d.copy_from_slice(&half::bf16::from_le_bytes([s[0], s[1]]).to_f32().to_le_bytes());
+            }
+        }
+        _ if t.bytes().len() == dst.len() => dst.copy_from_slice(t.bytes()),
+        (c, d) => return Err(Error::internal(format!("write_host: {d} tensor into {c:?} storage"))),
+    }
+    Ok(())
+}
+
+/// The tensor held in `src` (storage `class`), as `dtype` with `dims`.
+pub fn read_host(src: &[u8], class: Class, dtype: DType, dims: &[usize]) -> Result<HostTensor> {
+    let bytes = match (class, dtype) {
+        (Class::F32, DType::F16 | DType::BF16) => {
+            let values: Vec<f32> = src.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            if dtype == DType::F16 {
+                encode_le(&values, |x| f32_to_f16(x).to_le_bytes())
+            } else {
+                encode_le(&values, |x| f32_to_bf16(x).to_le_bytes())
+            }
+        }
+        _ => src.to_vec(),
+    };
+    HostTensor::from_bytes(dtype, dims, bytes)
+}
+
+/// A tensor's place: buffer (0 = the arena, `p + 1` = param `p`'s buffer), byte offset,
+/// element count, storage class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TSlot {
+    pub base: usize,
     pub offset: usize,
     pub len: usize,
     pub class: Class,
@@ -133,16 +140,20 @@ impl TSlot {
         (self.offset, self.offset + self.len * self.class.size_bytes())
     }
 
+    pub fn bytes(&self) -> usize {
+        self.len * self.class.size_bytes()
+    }
+
     fn overlaps(&self, other: &TSlot) -> bool {
         let (a, b) = (self.range(), other.range());
-        a.0 < b.1 && b.0 < a.1
+        self.base == other.base && a.0 < b.1 && b.0 < a.1
     }
 }
 
 /// A step's inputs.
 #[derive(Clone, Copy)]
 pub struct Args<'a> {
-    base: *mut u8,
+    bases: &'a [BufPtr],
     slots: &'a [TSlot],
     outs: &'a [TSlot],
     _arena: PhantomData<&'a Arena>,
@@ -155,10 +166,11 @@ unsafe impl Sync for Args<'_> {}
 
 impl<'a> Args<'a> {
     /// # Safety
-    /// `base` is the arena's base, the slots lie inside it, and they satisfy the plan's
+    /// `bases[slot.base]` is the address of a live buffer each slot lies inside, no other
+    /// thread writes those bytes during the step, and the slots satisfy the plan's
     /// guarantee: no input overlaps an output unless the step runs in place.
-    pub unsafe fn new(base: *mut u8, slots: &'a [TSlot], outs: &'a [TSlot]) -> Args<'a> {
-        Args { base, slots, outs, _arena: PhantomData }
+    pub unsafe fn new(bases: &'a [BufPtr], slots: &'a [TSlot], outs: &'a [TSlot]) -> Args<'a> {
+        Args { bases, slots, outs, _arena: PhantomData }
     }
 
     pub fn len(&self) -> usize {
@@ -183,9 +195,10 @@ impl<'a> Args<'a> {
             return Err(Error::internal(format!("operand {i} is {:?} storage, not {:?}", s.class, T::CLASS)));
         }
         debug_assert!(!self.outs.iter().any(|o| o.overlaps(&s)), "operand {i} aliases an output");
-        // SAFETY: the slot lies in the arena, is aligned for its class (offsets are multiples
-        // of 64 or of the element size) and no output overlaps it during this step.
-        Ok(unsafe { std::slice::from_raw_parts(self.base.add(s.offset).cast::<T>(), s.len) })
+        // SAFETY: the slot lies in its buffer, is aligned for its class (offsets are
+        // multiples of 64 or of the element size; param buffers are aligned to their
+        // element) and no output overlaps it during this step.
+        Ok(unsafe { std::slice::from_raw_parts(at(self.bases, s).cast::<T>(), s.len) })
     }
 
     /// Operand `i`'s first element, for kernels that run in place.
@@ -194,8 +207,7 @@ impl<'a> Args<'a> {
         if s.class != T::CLASS {
             return Err(Error::internal(format!("operand {i} is {:?} storage, not {:?}", s.class, T::CLASS)));
         }
-        // SAFETY: in bounds of the arena allocation.
-        Ok(unsafe { self.base.add(s.offset).cast::<T>() })
+        Ok(at(self.bases, s).cast::<T>())
     }
 
     /// Element `pos` of integer operand `i` as i64 (indices of gather, rope, kv_append).
@@ -212,9 +224,23 @@ impl<'a> Args<'a> {
     }
 }
 
+/// The first byte of `slot`.
+fn at(bases: &[BufPtr], slot: TSlot) -> *mut u8 {
+    bases[slot.base].0.wrapping_add(slot.offset)
+}
+
+/// The start of a buffer a program's slots point into (the arena or a param buffer).
+#[derive(Clone, Copy, Debug)]
+pub struct BufPtr(pub *mut u8);
+
+// SAFETY: a plain address; every access through it goes through `Args` / `Out`, whose
+// constructors carry the aliasing contract.
+unsafe impl Send for BufPtr {}
+unsafe impl Sync for BufPtr {}
+
 /// A step's outputs (and temps, after the outputs).
 pub struct Out<'a> {
-    base: *mut u8,
+    bases: &'a [BufPtr],
     slots: &'a [TSlot],
     _arena: PhantomData<&'a mut Arena>,
 }
@@ -222,8 +248,8 @@ pub struct Out<'a> {
 impl<'a> Out<'a> {
     /// # Safety
     /// As for [`Args::new`]; the output slots are pairwise disjoint.
-    pub unsafe fn new(base: *mut u8, slots: &'a [TSlot]) -> Out<'a> {
-        Out { base, slots, _arena: PhantomData }
+    pub unsafe fn new(bases: &'a [BufPtr], slots: &'a [TSlot]) -> Out<'a> {
+        Out { bases, slots, _arena: PhantomData }
     }
 
     pub fn len(&self) -> usize {
@@ -244,7 +270,7 @@ impl<'a> Out<'a> {
     /// Output `i` as a typed mutable slice, borrowed from `self`.
     pub fn get<T: Elem>(&mut self, i: usize) -> Result<&mut [T]> {
         let p = self.ptr::<T>(i)?;
-        // SAFETY: in the arena, aligned, disjoint from the step's inputs (module docs); the
+        // SAFETY: in its buffer, aligned, disjoint from the step's inputs (module docs); the
         // borrow of `self` keeps it the only live view of any output.
         Ok(unsafe { std::slice::from_raw_parts_mut(p, self.slots[i].len) })
     }
@@ -270,8 +296,7 @@ impl<'a> Out<'a> {
         if s.class != T::CLASS {
             return Err(Error::internal(format!("output {i} is {:?} storage, not {:?}", s.class, T::CLASS)));
         }
-        // SAFETY: in bounds of the arena allocation.
-        Ok(unsafe { self.base.add(s.offset).cast::<T>() })
+        Ok(at(self.bases, s).cast::<T>())
     }
 }
 

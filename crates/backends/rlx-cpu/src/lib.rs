@@ -13,10 +13,12 @@ pub mod blas;
 pub mod buffer;
 pub mod features;
 pub mod kernels;
+pub mod param;
 mod program;
 pub mod threads;
 pub mod vmath;
 
+pub use param::{ParamBuffer, SharedBytes};
 pub use program::{CpuProgram, Leaf};
 
 /// Which code path each kernel family takes on this host, for `rlx info`.

@@ -5,14 +5,18 @@
 //! geometry, region program) and its operands as arena slots. `run` copies the inputs in,
 //! walks the thunks and copies the outputs out: no graph work, and no allocation but the
 //! host tensors it returns (region and attention scratch is per worker thread, grown once).
+//!
+//! Params live in [`ParamBuffer`]s outside the arena: set from host tensors, bound to
+//! borrowed bytes (a mapped GGUF file), or shared with another program (a KV cache).
 
-use crate::arena::{Arena, Args, Out, TSlot};
+use crate::arena::{Arena, Args, BufPtr, Out, TSlot, read_host, write_host};
 use crate::buffer::Class;
 use crate::features::Arm;
 use crate::kernels::{
     attention, conv, elementwise, elementwise::Broadcast, fused, gather, kv_cache, layout, loss, matmul, norm,
     quant_matmul, reduce, reduce::AxisSplit, region, rope, softmax,
 };
+use crate::param::ParamBuffer;
 use rayon::ThreadPool;
 use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueKind};
 use rlx_ir::shape::{fmt_type, numel};
@@ -88,6 +92,12 @@ pub struct CpuProgram {
     inputs: Vec<Leaf>,
     params: Vec<Leaf>,
     param_set: Vec<bool>,
+    /// Per param, its buffer (`None` for a param nothing reads).
+    param_buffers: Vec<Option<ParamBuffer>>,
+    /// Per param, whether a step writes its buffer (a kv_append cache updated in place).
+    param_written: Vec<bool>,
+    /// Buffer starts the slots index: the arena, then each param's buffer.
+    bases: Vec<BufPtr>,
     outputs: Vec<(TSlot, DType, Vec<usize>)>,
     threads: usize,
     pool: Arc<ThreadPool>,
@@ -104,7 +114,12 @@ impl CpuProgram {
             let value = &schedule.values[v];
             let s =
                 plan.slots[v].ok_or_else(|| Error::internal(format!("{} has no arena slot", schedule.describe(v))))?;
-            Ok(TSlot { offset: s.offset, len: value.numel(), class: Class::for_storage(value.dtype, s.elem_bytes)? })
+            Ok(TSlot {
+                base: s.param.map_or(0, |p| p + 1),
+                offset: s.offset,
+                len: value.numel(),
+                class: Class::for_storage(value.dtype, s.elem_bytes)?,
+            })
         };
         let mut arena = Arena::new(plan.arena_bytes)?;
         let (mut inputs, mut params) = (Vec::new(), Vec::new());
@@ -118,7 +133,10 @@ impl CpuProgram {
             match &value.kind {
                 ValueKind::Input { .. } => inputs.push(leaf(leaf_name(&value.label))?),
                 ValueKind::Param { .. } => params.push(leaf(leaf_name(&value.label))?),
-                ValueKind::Constant(t) => arena.write_host(slot(v)?, t)?,
+                ValueKind::Constant(t) => {
+                    let at = slot(v)?;
+                    write_host(arena.slot_bytes_mut(at)?, at.class, t)?
+                }
                 ValueKind::Intermediate => {}
             }
         }
@@ -155,10 +173,20 @@ impl CpuProgram {
             .iter()
             .map(|&v| Ok((slot(v)?, schedule.values[v].dtype, schedule.values[v].dims.clone())))
             .collect::<Result<_>>()?;
+        let param_buffers: Vec<Option<ParamBuffer>> = params
+            .iter()
+            .map(|leaf| leaf.slot.map(|_| ParamBuffer::zeroed(leaf.dtype, &leaf.dims)).transpose())
+            .collect::<Result<_>>()?;
+        let param_written = schedule.params.iter().map(|p| plan.in_place.iter().any(|&(_, v)| v == *p)).collect();
+        let mut bases = vec![arena.base()];
+        bases.extend(param_buffers.iter().map(|b| b.as_ref().map_or(BufPtr(std::ptr::null_mut()), |b| b.start())));
         Ok(CpuProgram {
             arena,
             thunks,
             param_set: vec![false; params.len()],
+            param_buffers,
+            param_written,
+            bases,
             inputs,
             params,
             outputs,
@@ -199,14 +227,62 @@ impl CpuProgram {
     }
 
     /// Sets param `index` (in [`CpuProgram::params`] order); the tensor has its declared type.
+    /// A param bound to borrowed bytes gets an owned buffer again; a shared one is written
+    /// for every program holding it.
     pub fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
         check_type(leaf, value)?;
-        if let Some(slot) = leaf.slot {
-            self.arena.write_host(slot, value)?;
+        if let Some(buffer) = &self.param_buffers[index] {
+            if buffer.is_borrowed() {
+                let owned = ParamBuffer::zeroed(leaf.dtype, &leaf.dims)?;
+                owned.write(value)?;
+                self.install(index, owned);
+            } else {
+                buffer.write(value)?;
+            }
         }
         self.param_set[index] = true;
         Ok(())
+    }
+
+    /// Param `index`'s buffer (a handle: binding it into another program shares it);
+    /// `None` when nothing reads the param.
+    pub fn param_buffer(&self, index: usize) -> Option<ParamBuffer> {
+        self.param_buffers.get(index).cloned().flatten()
+    }
+
+    /// Makes param `index` use `buffer` (same dtype and dims), without copying it.
+    pub fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()> {
+        let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
+        if buffer.dtype() != leaf.dtype || buffer.dims() != leaf.dims.as_slice() {
+            return Err(Error::input(format!(
+                "param '{}' expects {}, the buffer holds {}",
+                leaf.name,
+                fmt_type(leaf.dtype, &leaf.dims),
+                fmt_type(buffer.dtype(), buffer.dims())
+            )));
+        }
+        if self.param_written[index] && buffer.is_borrowed() {
+            return Err(Error::input(format!(
+                "param '{}' is a cache this program writes in place; it cannot borrow read-only bytes",
+                leaf.name
+            )));
+        }
+        if let Some(slot) = leaf.slot
+            && (slot.class != buffer.class() || slot.bytes() != buffer.byte_len())
+        {
+            return Err(Error::internal(format!("param '{}': buffer storage differs from its slot", leaf.name)));
+        }
+        if leaf.slot.is_some() {
+            self.install(index, buffer);
+        }
+        self.param_set[index] = true;
+        Ok(())
+    }
+
+    fn install(&mut self, index: usize, buffer: ParamBuffer) {
+        self.bases[index + 1] = buffer.start();
+        self.param_buffers[index] = Some(buffer);
     }
 
     /// Runs with one tensor per input, in [`CpuProgram::inputs`] order, each of its declared type.
@@ -225,13 +301,34 @@ impl CpuProgram {
         for (leaf, value) in self.inputs.iter().zip(inputs) {
             check_type(leaf, value)?;
             if let Some(slot) = leaf.slot {
-                self.arena.write_host(slot, value)?;
+                write_host(self.arena.slot_bytes_mut(slot)?, slot.class, value)?;
+            }
+        }
+        // Shared writable buffers stay locked for the run (and for reading the outputs).
+        let mut guards = Vec::new();
+        for (leaf, buffer) in self.params.iter().zip(&self.param_buffers) {
+            if let Some(b) = buffer
+                && let Some(g) = b.lock_if_shared(&leaf.name)?
+            {
+                guards.push(g);
             }
         }
         let pool = self.pool.clone();
-        let (thunks, arena) = (&self.thunks, &mut self.arena);
-        pool.install(|| execute_all(thunks, arena))?;
-        self.outputs.iter().map(|(slot, dtype, dims)| self.arena.read_host(*slot, *dtype, dims)).collect()
+        let (thunks, bases) = (&self.thunks, &self.bases);
+        pool.install(|| execute_all(thunks, bases))?;
+        self.outputs
+            .iter()
+            .map(|(slot, dtype, dims)| {
+                let src = if slot.base == 0 {
+                    self.arena.slot_bytes(*slot)?
+                } else {
+                    // SAFETY: a param buffer of at least the slot's bytes (the plan checked
+                    // it), locked above if shared.
+                    unsafe { std::slice::from_raw_parts(self.bases[slot.base].0.add(slot.offset), slot.bytes()) }
+                };
+                read_host(src, slot.class, *dtype, dims)
+            })
+            .collect()
     }
 }
 
@@ -256,13 +353,13 @@ fn leaf_name(label: &str) -> &str {
     label.split('\'').nth(1).unwrap_or(label)
 }
 
-fn execute_all(thunks: &[Thunk], arena: &mut Arena) -> Result<()> {
-    let base = arena.base();
+fn execute_all(thunks: &[Thunk], bases: &[BufPtr]) -> Result<()> {
     for t in thunks {
-        // SAFETY: the slots come from a plan `check_plan` verified: inside the arena, and
-        // the outputs disjoint from the inputs unless `in_place`, where the kernel uses raw
-        // pointers for the aliased pair.
-        let (ins, mut out) = unsafe { (Args::new(base, &t.ins, &t.outs), Out::new(base, &t.outs)) };
+        // SAFETY: the slots come from a plan `check_plan` verified: inside their buffers
+        // (the arena, owned by the program, or param buffers, each live and either
+        // read-only, unshared, or locked for this run), and the outputs disjoint from the
+        // inputs unless `in_place`, where the kernel uses raw pointers for the aliased pair.
+        let (ins, mut out) = unsafe { (Args::new(bases, &t.ins, &t.outs), Out::new(bases, &t.outs)) };
         execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?;
         for (k, &dtype) in t.out_dtypes.iter().enumerate() {
             if dtype.is_half() {

@@ -2,7 +2,7 @@
 
 use super::{Backend, Executable};
 use crate::{CompileOptions, Device, PrecisionPolicy};
-use rlx_cpu::CpuProgram;
+use rlx_cpu::{CpuProgram, ParamBuffer};
 use rlx_ir::{Error, Graph, HostTensor, Result};
 
 pub struct CpuBackend;
@@ -27,6 +27,14 @@ impl Backend for CpuBackend {
 impl Executable for CpuProgram {
     fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
         CpuProgram::set_param(self, index, value)
+    }
+
+    fn param_buffer(&self, index: usize) -> Result<Option<ParamBuffer>> {
+        Ok(CpuProgram::param_buffer(self, index))
+    }
+
+    fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()> {
+        CpuProgram::bind_param(self, index, buffer)
     }
 
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {

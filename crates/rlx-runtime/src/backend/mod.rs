@@ -4,6 +4,7 @@
 
 pub mod cpu;
 
+use crate::ParamBuffer;
 use crate::{CompileOptions, Device};
 use rlx_ir::{Graph, HostTensor, Result};
 
@@ -19,6 +20,10 @@ pub trait Backend: Send + Sync {
 /// declared dtype and dims (the runtime converts and checks before calling).
 pub trait Executable: Send {
     fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()>;
+    /// The host-side buffer param `index` lives in, shareable with other executables.
+    fn param_buffer(&self, index: usize) -> Result<Option<ParamBuffer>>;
+    /// Uses `buffer` for param `index` (dtype and dims already equal the param's).
+    fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()>;
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
     /// Bytes of device memory the compiled graph holds for its tensors.
     fn arena_bytes(&self) -> usize;

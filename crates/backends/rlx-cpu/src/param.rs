@@ -1,0 +1,183 @@
+//! Param buffers: every param of a CPU program lives in a buffer of its own, outside the
+//! arena, so that
+//! - a weight can be the bytes of a memory-mapped file, with no copy (a GGUF model's
+//!   92 MiB of Q4_1 blocks are read in place);
+//! - two programs can hold the same buffer: a prefill and a decode graph share one KV
+//!   cache, which each `kv_append`s into in place (the planner's param state, see
+//!   `rlx_compile::memory`).
+//!
+//! A buffer is either owned (zeroed on creation, writable) or borrowed bytes (read-only).
+//! Programs writing a shared owned buffer hold its lock for the whole run, so two
+//! programs sharing a cache cannot run at once: the second gets an `Err`, not a race.
+
+use crate::arena::{Arena, BufPtr, read_host, write_host};
+use crate::buffer::Class;
+use rlx_ir::shape::{fmt_type, numel};
+use rlx_ir::{DType, Error, HostTensor, Result};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Bytes per element the CPU stores `dtype` in (f16/bf16 widened to f32, as in the arena).
+pub fn stored_bytes(dtype: DType) -> usize {
+    if dtype.is_half() { 4 } else { dtype.size_bytes() }
+}
+
+/// Bytes a param buffer can borrow (a memory map, a `Vec<u8>`, ...).
+pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// What keeps the bytes alive (they are reached through `Inner::start`).
+enum Storage {
+    Owned { _memory: Arena },
+    Borrowed { _bytes: SharedBytes },
+}
+
+struct Inner {
+    dtype: DType,
+    dims: Vec<usize>,
+    class: Class,
+    /// First byte (stable: the arena or the borrowed bytes never move).
+    start: BufPtr,
+    bytes: usize,
+    storage: Storage,
+    /// Held while a program runs on (or the host writes) a shared owned buffer.
+    lock: Mutex<()>,
+}
+
+/// A param's storage, shareable between programs (cloning shares it).
+#[derive(Clone)]
+pub struct ParamBuffer(Arc<Inner>);
+
+impl std::fmt::Debug for ParamBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.is_borrowed() { "borrowed" } else { "owned" };
+        write!(f, "ParamBuffer({}, {kind})", fmt_type(self.0.dtype, &self.0.dims))
+    }
+}
+
+impl ParamBuffer {
+    /// A zeroed, writable buffer for a `dtype` tensor of `dims` (f16/bf16 stored widened).
+    pub fn zeroed(dtype: DType, dims: &[usize]) -> Result<ParamBuffer> {
+        let class = Class::for_storage(dtype, stored_bytes(dtype))?;
+        let bytes = numel(dims) * class.size_bytes();
+        let mut arena = Arena::new(bytes)?;
+        let start = arena.base();
+        Ok(ParamBuffer(Arc::new(Inner {
+            dtype,
+            dims: dims.to_vec(),
+            class,
+            start,
+            bytes,
+            storage: Storage::Owned { _memory: arena },
+            lock: Mutex::new(()),
+        })))
+    }
+
+    /// A buffer holding the little-endian tensor in `bytes[range]`. Borrowed without a
+    /// copy when the CPU stores `dtype` as is and the range is aligned to its element;
+    /// otherwise an owned copy (f16/bf16 widened to the f32 the kernels read).
+    pub fn from_bytes(dtype: DType, dims: &[usize], bytes: SharedBytes, range: Range<usize>) -> Result<ParamBuffer> {
+        let want = numel(dims) * dtype.size_bytes();
+        let all = (*bytes).as_ref();
+        let src = all.get(range.clone()).ok_or_else(|| {
+            Error::input(format!("bytes {}..{} lie outside the {} bytes given", range.start, range.end, all.len()))
+        })?;
+        if src.len() != want {
+            return Err(Error::input(format!(
+                "{} needs {want} bytes, got {} (bytes {}..{})",
+                fmt_type(dtype, dims),
+                src.len(),
+                range.start,
+                range.end
+            )));
+        }
+        let class = Class::for_storage(dtype, stored_bytes(dtype))?;
+        if dtype.is_half() || !(src.as_ptr() as usize).is_multiple_of(class.size_bytes()) {
+            let buffer = ParamBuffer::zeroed(dtype, dims)?;
+            buffer.write(&HostTensor::from_bytes(dtype, dims, src.to_vec())?)?;
+            return Ok(buffer);
+        }
+        let start = BufPtr(src.as_ptr().cast_mut());
+        Ok(ParamBuffer(Arc::new(Inner {
+            dtype,
+            dims: dims.to_vec(),
+            class,
+            start,
+            bytes: want,
+            storage: Storage::Borrowed { _bytes: bytes },
+            lock: Mutex::new(()),
+        })))
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        &self.0.dims
+    }
+
+    pub(crate) fn class(&self) -> Class {
+        self.0.class
+    }
+
+    pub(crate) fn start(&self) -> BufPtr {
+        self.0.start
+    }
+
+    /// Whether the buffer borrows outside bytes (read-only) rather than owning them.
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.0.storage, Storage::Borrowed { .. })
+    }
+
+    /// Whether `self` and `other` are the same storage.
+    pub fn same_as(&self, other: &ParamBuffer) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Locks the buffer when someone else may write it (an owned buffer held by more than
+    /// one handle); `None` when nobody else can touch it or it is read-only.
+    pub(crate) fn lock_if_shared(&self, name: &str) -> Result<Option<MutexGuard<'_, ()>>> {
+        if self.is_borrowed() || Arc::strong_count(&self.0) == 1 {
+            return Ok(None);
+        }
+        match self.0.lock.try_lock() {
+            Ok(guard) => Ok(Some(guard)),
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(Some(p.into_inner())),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Error::runtime(format!(
+                "param '{name}' ({}) is in use by another program running now; programs sharing a buffer run one at a time",
+                fmt_type(self.0.dtype, &self.0.dims)
+            ))),
+        }
+    }
+
+    /// Writes `t` (of the buffer's type) into an owned buffer.
+    pub fn write(&self, t: &HostTensor) -> Result<()> {
+        if t.dtype() != self.0.dtype || t.dims() != self.0.dims.as_slice() {
+            return Err(Error::input(format!(
+                "buffer of {} cannot take {}",
+                fmt_type(self.0.dtype, &self.0.dims),
+                fmt_type(t.dtype(), t.dims())
+            )));
+        }
+        if self.is_borrowed() {
+            return Err(Error::input("a buffer borrowing outside bytes is read-only"));
+        }
+        let _guard = self.lock_if_shared("(host write)")?;
+        // SAFETY: an owned buffer of `bytes` bytes; writers of a shared buffer hold its
+        // lock (taken above), and an unshared one is reachable only through `self`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.0.start.0, self.0.bytes) };
+        write_host(dst, self.0.class, t)
+    }
+
+    /// The tensor the buffer holds.
+    pub fn read(&self) -> Result<HostTensor> {
+        let _guard = self.lock_if_shared("(host read)")?;
+        // SAFETY: `bytes` bytes from `start`, not written while the lock (if shared) is held.
+        let src = unsafe { std::slice::from_raw_parts(self.0.start.0, self.0.bytes) };
+        read_host(src, self.0.class, self.0.dtype, &self.0.dims)
+    }
+
+    pub(crate) fn byte_len(&self) -> usize {
+        self.0.bytes
+    }
+}
