@@ -286,15 +286,16 @@ def stable_prefix(margins: list[float]) -> dict[str, int]:
     return out
 
 
-def generate(m: Model, prompt_ids: list[int], n_new: int):
-    """Prefill (f32) -> argmax, then n_new - 1 single-token decode steps (Q8)."""
+def generate(m: Model, prompt_ids: list[int], n_new: int, q8_decode: bool):
+    """Prefill (f32) -> argmax, then n_new - 1 single-token decode steps (with Q8
+    activations when `q8_decode`)."""
     cache = KVCache(m)
     prefill_logits = forward(m, prompt_ids, cache, q8=False)
     tok, margin = top2_margin(prefill_logits)
     generated, margins = [tok], [margin]
     first_decode_logits = None
     for _ in range(n_new - 1):
-        logits = forward(m, [tok], cache, q8=True)
+        logits = forward(m, [tok], cache, q8=q8_decode)
         if first_decode_logits is None:
             first_decode_logits = logits
         tok, margin = top2_margin(logits)
@@ -474,11 +475,14 @@ def main() -> int:
     for i, text in enumerate(prompts):
         t1 = time.time()
         ids = encode(tk, text, bos_for_prompts)
-        prefill_logits, dec0_logits, gen, margins = generate(m, ids, args.n_new)
+        prefill_logits, dec0_logits, gen, margins = generate(m, ids, args.n_new, False)
+        _, dec0_q8_logits, gen_q8, margins_q8 = generate(m, ids, args.n_new, True)
         np.save(os.path.join(args.out, f"prompt{i}_logits.npy"), prefill_logits.astype(F32))
         if dec0_logits is not None:
             np.save(os.path.join(args.out, f"prompt{i}_decode0_logits.npy"),
                     dec0_logits.astype(F32))
+            np.save(os.path.join(args.out, f"prompt{i}_decode0_q8_logits.npy"),
+                    dec0_q8_logits.astype(F32))
         rec = dict(
             text=text,
             ids=ids,
@@ -490,6 +494,14 @@ def main() -> int:
             # whose logits differ from ours by less than thr/2: the first step whose
             # top1-top2 margin is below thr may legitimately pick another token.
             stable_prefix=stable_prefix(margins),
+            # The same with Q8 activations in every decode step (llama.cpp's decode
+            # arithmetic). Q8 rounding makes decode logits sensitive to the last bits of
+            # the activations (SmolLM2 has outlier features, so a rounding flip in a block
+            # with a large max moves a dot by amax/127 * w), so implementations with other
+            # f32 summation orders agree on these only up to the first small margin.
+            generated_q8=gen_q8,
+            margins_q8=margins_q8,
+            stable_prefix_q8=stable_prefix(margins_q8),
         )
         if i == len(prompts) - 1:
             rec["chat_messages"] = CHAT_MESSAGES
@@ -516,10 +528,12 @@ def main() -> int:
             "dequantized with gguf.quants.dequantize. Prefill: f32 activations; "
             "prompt{i}_logits.npy = logits of the last prompt position from prefill. "
             "generated[0] = argmax of those; generated[1..] come from single-token decode "
-            "steps whose activation rows are Q8-quantized (blocks of 32, d=amax/127, round "
-            "half away from zero) before every weight matmul incl. the output head; "
-            "prompt{i}_decode0_logits.npy = logits of the first decode step (input "
-            "generated[0]). margins[j] = top1-top2 logit at step j. Dots accumulate in "
+            "steps with f32 activations; prompt{i}_decode0_logits.npy = logits of the first "
+            "decode step (input generated[0]). generated_q8 / margins_q8 / "
+            "prompt{i}_decode0_q8_logits.npy: the same with decode steps whose activation "
+            "rows are Q8-quantized (blocks of 32, d=amax/127, round half away from zero) "
+            "before every weight matmul incl. the output head. margins[j] = top1-top2 "
+            "logit at step j. Dots accumulate in "
             "f64, stored tensors are f32. RoPE NORM (adjacent pairs), GQA h//group, "
             "output head tied to token_embd when output.weight is absent. Greedy "
             "generation does not stop at EOS. add_bos follows tokenizer.ggml.add_bos_token. "

@@ -1,0 +1,35 @@
+//! Models built from files. Today: Llama-family LLMs from GGUF ([`llama`]), with their
+//! byte-level BPE tokenizer ([`tokenizer`]), chat template ([`chat`]) and sampler
+//! ([`sampler`]).
+//!
+//! Architecture invariant: models are graphs built with `rlx-ir` builders and run through
+//! `rlx-runtime`; nothing here calls a kernel or knows a backend.
+
+pub mod chat;
+pub mod llama;
+pub mod sampler;
+pub mod tokenizer;
+
+pub use chat::{ChatTemplate, Message};
+pub use llama::{GenerateStats, Llama, LlamaConfig, LlamaOptions};
+pub use sampler::{Sampler, SamplerConfig};
+pub use tokenizer::{TextStream, TokenId, Tokenizer};
+
+use std::path::PathBuf;
+
+/// File name of the model the README, tests and benchmarks use.
+pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The model cache directory: `RLX_MODELS`, else `~/.cache/rlx`.
+pub fn models_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RLX_MODELS") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("rlx")
+}
+
+/// Where the default model lives (it may not be there: `tools/fetch_model.sh` gets it).
+pub fn default_model_path() -> PathBuf {
+    models_dir().join(DEFAULT_MODEL)
+}

@@ -1,0 +1,468 @@
+//! Llama-family decoder-only transformers (`general.architecture = "llama"`: SmolLM2,
+//! TinyLlama, Llama 2/3 ...) from a GGUF file.
+//!
+//! One graph builder serves both passes: `n` new tokens at position `pos` are appended to
+//! a KV cache of `context` rows (params updated in place, shared by every compiled graph
+//! of the model), and attention runs causally over the first `pos + n` rows. The prompt
+//! (prefill) runs as one batch of `n` tokens with f32 activations (the tiled dequant +
+//! GEMM path); each generated token runs the `n = 1` decode graph, compiled once, whose
+//! matmuls quantize their activation row to 8 bits and use integer dot products.
+//! Weights are borrowed from the memory-mapped file, never copied.
+//!
+//! Per layer: `x += Wo · attn(rope(Wq · rms(x)), rope(Wk · rms(x)), Wv · rms(x))`, then
+//! `x += Wdown · (silu(Wgate · rms(x)) * Wup · rms(x))`; logits of the last position are
+//! `Wout · rms(x)`, with `Wout` the token embedding when the file has no `output.weight`.
+//! RoPE pairs adjacent elements (llama.cpp's "NORM" mode: GGUF conversion permutes the Q
+//! and K rows for it).
+
+use crate::tokenizer::{TokenId, Tokenizer};
+use rlx_gguf::{Gguf, TensorInfo, Value};
+use rlx_ir::quant::QuantScheme;
+use rlx_ir::{AttentionMask, DType, Error, Graph, HostTensor, NodeId, Result, RopeStyle, Unary};
+use rlx_runtime::{CompileOptions, CompiledGraph, Device, ParamBuffer, Session};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// Hyper-parameters read from the file's `llama.*` metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LlamaConfig {
+    pub n_layer: usize,
+    pub d_model: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub d_ff: usize,
+    pub vocab: usize,
+    pub rope_base: f32,
+    pub rope_dims: usize,
+    pub rms_eps: f32,
+    /// The context the model was trained for.
+    pub context_length: usize,
+}
+
+fn meta_usize(g: &Gguf, key: &str) -> Result<usize> {
+    g.require(key)?.as_u64().map(|v| v as usize).ok_or_else(|| Error::parse(format!("gguf: '{key}' is not an integer")))
+}
+
+impl LlamaConfig {
+    pub fn from_gguf(g: &Gguf) -> Result<LlamaConfig> {
+        let arch = g.require("general.architecture")?.as_str().unwrap_or("");
+        if arch != "llama" {
+            return Err(Error::unsupported(format!("architecture '{arch}': this loader reads 'llama'")));
+        }
+        let d_model = meta_usize(g, "llama.embedding_length")?;
+        let n_head = meta_usize(g, "llama.attention.head_count")?;
+        let n_kv_head = g.get("llama.attention.head_count_kv").and_then(Value::as_u64).map_or(n_head, |v| v as usize);
+        if n_head == 0 || n_kv_head == 0 || !d_model.is_multiple_of(n_head) || !n_head.is_multiple_of(n_kv_head) {
+            return Err(Error::parse(format!(
+                "gguf: {n_head} heads / {n_kv_head} kv heads do not divide embedding length {d_model}"
+            )));
+        }
+        let head_dim = d_model / n_head;
+        let vocab = match g.get("llama.vocab_size").and_then(Value::as_u64) {
+            Some(v) => v as usize,
+            None => g.require("tokenizer.ggml.tokens")?.as_array().map_or(0, |a| a.len()),
+        };
+        let f = |key: &str, default: f64| g.get(key).and_then(Value::as_f64).unwrap_or(default) as f32;
+        Ok(LlamaConfig {
+            n_layer: meta_usize(g, "llama.block_count")?,
+            d_model,
+            n_head,
+            n_kv_head,
+            head_dim,
+            d_ff: meta_usize(g, "llama.feed_forward_length")?,
+            vocab,
+            rope_base: f("llama.rope.freq_base", 10000.0),
+            rope_dims: g.get("llama.rope.dimension_count").and_then(Value::as_u64).map_or(head_dim, |v| v as usize),
+            rms_eps: f("llama.attention.layer_norm_rms_epsilon", 1e-5),
+            context_length: g.get("llama.context_length").and_then(Value::as_u64).map_or(2048, |v| v as usize),
+        })
+    }
+}
+
+/// How to run a model.
+#[derive(Clone, Debug)]
+pub struct LlamaOptions {
+    /// Rows of the KV cache (tokens of context); 0 = min(the model's context, 2048).
+    pub context: usize,
+    /// Worker threads (None = `RLX_THREADS` or all cores).
+    pub threads: Option<usize>,
+    /// Decode steps quantize activations to 8 bits for integer dot products (llama.cpp
+    /// does the same); false keeps them f32 (slower, closer to the f32 reference).
+    pub q8_decode: bool,
+}
+
+impl Default for LlamaOptions {
+    fn default() -> Self {
+        LlamaOptions { context: 0, threads: None, q8_decode: true }
+    }
+}
+
+/// Where a projection's weight lives and how it is stored.
+#[derive(Clone, Debug)]
+struct WeightInfo {
+    scheme: QuantScheme,
+    /// Output rows (`n`) and values per row (`k`).
+    rows: usize,
+    cols: usize,
+}
+
+/// Timings of one [`Llama::generate`] call.
+#[derive(Clone, Debug, Default)]
+pub struct GenerateStats {
+    pub prompt_tokens: usize,
+    pub prompt_seconds: f64,
+    pub generated_tokens: usize,
+    pub generate_seconds: f64,
+}
+
+impl GenerateStats {
+    pub fn prompt_tokens_per_second(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prompt_seconds.max(1e-12)
+    }
+
+    /// Decode speed: tokens after the first (which comes from the prompt pass).
+    pub fn generate_tokens_per_second(&self) -> f64 {
+        self.generated_tokens.saturating_sub(1) as f64 / self.generate_seconds.max(1e-12)
+    }
+}
+
+/// A loaded model: its file, tokenizer, weights bound zero-copy, KV cache, and compiled
+/// graphs (one per prompt length seen, one for decode).
+pub struct Llama {
+    pub config: LlamaConfig,
+    pub tokenizer: Tokenizer,
+    gguf: Gguf,
+    session: Session,
+    compile_options: CompileOptions,
+    context: usize,
+    q8_decode: bool,
+    weights: HashMap<String, (WeightInfo, ParamBuffer)>,
+    norms: HashMap<String, ParamBuffer>,
+    /// Per layer (k, v), each `[1, n_kv_head, context, head_dim]` f32.
+    caches: Vec<(ParamBuffer, ParamBuffer)>,
+    embedding: (TensorInfo, WeightInfo),
+    output_name: String,
+    prefill: HashMap<usize, CompiledGraph>,
+    decode: Option<CompiledGraph>,
+    /// Tokens in the cache.
+    pos: usize,
+}
+
+/// Tensor `name`'s info, or an error naming it.
+fn tensor<'a>(g: &'a Gguf, name: &str) -> Result<&'a TensorInfo> {
+    g.tensor(name).ok_or_else(|| Error::parse(format!("gguf: missing tensor '{name}'")))
+}
+
+fn weight_info(t: &TensorInfo, rows: usize, cols: usize) -> Result<WeightInfo> {
+    let shape = t.shape();
+    if shape != [rows, cols] {
+        return Err(Error::shape(format!(
+            "gguf: tensor '{}' is {:?} ({}), expected [{rows}, {cols}]",
+            t.name,
+            shape,
+            t.scheme.name()
+        )));
+    }
+    Ok(WeightInfo { scheme: t.scheme, rows, cols })
+}
+
+impl Llama {
+    /// Maps `path` and prepares the model (graphs compile on first use).
+    pub fn load(path: impl AsRef<Path>, options: &LlamaOptions) -> Result<Llama> {
+        let gguf = Gguf::open(path.as_ref())?;
+        Llama::from_gguf(gguf, options)
+    }
+
+    pub fn from_gguf(gguf: Gguf, options: &LlamaOptions) -> Result<Llama> {
+        let c = LlamaConfig::from_gguf(&gguf)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let context = if options.context == 0 { c.context_length.min(2048) } else { options.context };
+        let bytes = gguf.shared_bytes();
+        let borrow = |t: &TensorInfo, dtype: DType, dims: &[usize]| {
+            ParamBuffer::from_bytes(dtype, dims, bytes.clone(), gguf.tensor_range(t)).map_err(|e| e.context(&t.name))
+        };
+        let (h, kv, ff) = (c.d_model, c.n_kv_head * c.head_dim, c.d_ff);
+        let mut weights = HashMap::new();
+        let mut norms = HashMap::new();
+        let output_name = if gguf.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" };
+        let mut projections = vec![(output_name.to_string(), c.vocab, h)];
+        for l in 0..c.n_layer {
+            for (part, rows, cols) in [
+                ("attn_q", h, h),
+                ("attn_k", kv, h),
+                ("attn_v", kv, h),
+                ("attn_output", h, h),
+                ("ffn_gate", ff, h),
+                ("ffn_up", ff, h),
+                ("ffn_down", h, ff),
+            ] {
+                projections.push((format!("blk.{l}.{part}.weight"), rows, cols));
+            }
+            for part in ["attn_norm", "ffn_norm"] {
+                let name = format!("blk.{l}.{part}.weight");
+                norms.insert(name.clone(), norm_buffer(&gguf, &name, h, &borrow)?);
+            }
+        }
+        norms.insert("output_norm.weight".into(), norm_buffer(&gguf, "output_norm.weight", h, &borrow)?);
+        for (name, rows, cols) in projections {
+            let t = tensor(&gguf, &name)?;
+            let info = weight_info(t, rows, cols)?;
+            let row_bytes = info.scheme.row_bytes(cols)?;
+            let buffer = borrow(t, DType::U8, &[rows, row_bytes])?;
+            weights.insert(name, (info, buffer));
+        }
+        let embd = tensor(&gguf, "token_embd.weight")?.clone();
+        let embd_info = weight_info(&embd, c.vocab, h)?;
+        let cache_dims = [1, c.n_kv_head, context, c.head_dim];
+        let caches = (0..c.n_layer)
+            .map(|_| Ok((ParamBuffer::zeroed(DType::F32, &cache_dims)?, ParamBuffer::zeroed(DType::F32, &cache_dims)?)))
+            .collect::<Result<_>>()?;
+        let compile_options = CompileOptions { threads: options.threads, ..CompileOptions::default() };
+        Ok(Llama {
+            config: c,
+            tokenizer,
+            gguf,
+            session: Session::new(Device::Cpu)?,
+            compile_options,
+            context,
+            q8_decode: options.q8_decode,
+            weights,
+            norms,
+            caches,
+            embedding: (embd, embd_info),
+            output_name: output_name.to_string(),
+            prefill: HashMap::new(),
+            decode: None,
+            pos: 0,
+        })
+    }
+
+    /// The file's metadata and tensors.
+    pub fn gguf(&self) -> &Gguf {
+        &self.gguf
+    }
+
+    /// Rows of KV cache (the most tokens a conversation can hold).
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Tokens in the KV cache.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Switches decode between 8-bit activations (integer dots, the default) and f32.
+    pub fn set_q8_decode(&mut self, q8: bool) {
+        if q8 != self.q8_decode {
+            self.q8_decode = q8;
+            self.decode = None;
+        }
+    }
+
+    /// Forgets the conversation (the cache rows are overwritten by the next tokens).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// The graph of one step: `n` new tokens appended at input `pos`; `q8` quantizes
+    /// matmul activations. Inputs `x` (embeddings `[1, n, d_model]`) and `pos` (`i32[1]`);
+    /// output the logits of the last token, `[1, 1, vocab]`.
+    pub fn build_graph(&self, n: usize, q8: bool) -> Result<Graph> {
+        let c = &self.config;
+        let (h, nh, nkv, hd) = (c.d_model, c.n_head, c.n_kv_head, c.head_dim);
+        let mut g = Graph::new(&format!("llama_step_{n}"));
+        let mut x = g.input("x", DType::F32, &[1, n, h])?;
+        let pos = g.input("pos", DType::I32, &[1])?;
+        let iota = g.constant_tensor(HostTensor::from_i64(&[n], &(0..n as i64).collect::<Vec<_>>())?)?;
+        let iota = g.cast(iota, DType::I32)?;
+        let positions = g.add(pos, iota)?;
+        let count = g.scalar(DType::I32, n as f32)?;
+        let len = g.add(pos, count)?;
+        let norm = |g: &mut Graph, x: NodeId, name: &str| -> Result<NodeId> {
+            let gamma = g.param(name, DType::F32, &[h])?;
+            g.rms_norm(x, Some(gamma), c.rms_eps)
+        };
+        let proj = |g: &mut Graph, x: NodeId, name: &str| -> Result<NodeId> {
+            let (info, _) = &self.weights[name];
+            let row_bytes = info.scheme.row_bytes(info.cols)?;
+            let w = g.param(name, DType::U8, &[info.rows, row_bytes])?;
+            g.dequant_matmul(x, w, info.scheme, q8)
+        };
+        let heads = |g: &mut Graph, x: NodeId, count: usize| -> Result<NodeId> {
+            let x = g.reshape(x, &[1, n, count, hd])?;
+            g.transpose(x, &[0, 2, 1, 3])
+        };
+        for l in 0..c.n_layer {
+            let p = |part: &str| format!("blk.{l}.{part}.weight");
+            let hn = norm(&mut g, x, &p("attn_norm"))?;
+            let q = proj(&mut g, hn, &p("attn_q"))?;
+            let k = proj(&mut g, hn, &p("attn_k"))?;
+            let v = proj(&mut g, hn, &p("attn_v"))?;
+            let q = heads(&mut g, q, nh)?;
+            let q = g.rope(q, positions, RopeStyle::GptJ, c.rope_base, Some(c.rope_dims))?;
+            let k = heads(&mut g, k, nkv)?;
+            let k = g.rope(k, positions, RopeStyle::GptJ, c.rope_base, Some(c.rope_dims))?;
+            let v = heads(&mut g, v, nkv)?;
+            let cache_dims = [1, nkv, self.context, hd];
+            let ck = g.param(&format!("cache_k.{l}"), DType::F32, &cache_dims)?;
+            let cv = g.param(&format!("cache_v.{l}"), DType::F32, &cache_dims)?;
+            let kc = g.kv_append(ck, k, pos, 2)?;
+            let vc = g.kv_append(cv, v, pos, 2)?;
+            let a = g.attention(q, kc, vc, AttentionMask::CausalLen(len), None)?;
+            let a = g.transpose(a, &[0, 2, 1, 3])?;
+            let a = g.reshape(a, &[1, n, h])?;
+            let o = proj(&mut g, a, &p("attn_output"))?;
+            x = g.add(x, o)?;
+            let hn = norm(&mut g, x, &p("ffn_norm"))?;
+            let gate = proj(&mut g, hn, &p("ffn_gate"))?;
+            let up = proj(&mut g, hn, &p("ffn_up"))?;
+            let gate = g.unary(Unary::Silu, gate)?;
+            let f = g.mul(gate, up)?;
+            let d = proj(&mut g, f, &p("ffn_down"))?;
+            x = g.add(x, d)?;
+        }
+        let last = if n > 1 { g.narrow(x, 1, n - 1, 1)? } else { x };
+        let xn = norm(&mut g, last, "output_norm.weight")?;
+        let logits = proj(&mut g, xn, &self.output_name)?;
+        g.set_outputs(&[logits])?;
+        Ok(g)
+    }
+
+    /// Compiles the step graph for `n` tokens and binds the weights and the shared cache.
+    fn compile_step(&self, n: usize, q8: bool) -> Result<CompiledGraph> {
+        let graph = self.build_graph(n, q8)?;
+        let mut compiled = self.session.compile_with(&graph, &self.compile_options)?;
+        for (name, (_, buffer)) in &self.weights {
+            compiled.bind_param(name, buffer)?;
+        }
+        for (name, buffer) in &self.norms {
+            compiled.bind_param(name, buffer)?;
+        }
+        for (l, (k, v)) in self.caches.iter().enumerate() {
+            compiled.bind_param(&format!("cache_k.{l}"), k)?;
+            compiled.bind_param(&format!("cache_v.{l}"), v)?;
+        }
+        Ok(compiled)
+    }
+
+    /// Embedding rows of `tokens`, `[1, n, d_model]`.
+    fn embed(&self, tokens: &[TokenId]) -> Result<HostTensor> {
+        let (t, info) = &self.embedding;
+        let h = self.config.d_model;
+        let row_bytes = info.scheme.row_bytes(h)?;
+        let data = self.gguf.tensor_data(t);
+        let mut x = vec![0f32; tokens.len() * h];
+        for (&id, row) in tokens.iter().zip(x.chunks_exact_mut(h)) {
+            let at = id as usize * row_bytes;
+            let bytes = data.get(at..at + row_bytes).ok_or_else(|| {
+                Error::input(format!("token id {id} is outside the embedding table of {} rows", info.rows))
+            })?;
+            rlx_ir::quant::dequantize(info.scheme, bytes, row)?;
+        }
+        HostTensor::from_f32(&[1, tokens.len(), h], &x)
+    }
+
+    fn step(&mut self, tokens: &[TokenId], decode: bool) -> Result<Vec<f32>> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(Error::input("no tokens to run"));
+        }
+        if self.pos + n > self.context {
+            return Err(Error::input(format!(
+                "context full: {} tokens in the cache + {n} new > {} (raise the context size)",
+                self.pos, self.context
+            )));
+        }
+        let x = self.embed(tokens)?;
+        let pos = HostTensor::from_f32_as(DType::I32, &[1], &[self.pos as f32])?;
+        let program = if decode {
+            if self.decode.is_none() {
+                self.decode = Some(self.compile_step(1, self.q8_decode)?);
+            }
+            self.decode.as_mut().expect("compiled above")
+        } else {
+            if !self.prefill.contains_key(&n) {
+                // A few prompt lengths stay compiled (chat turns differ in length).
+                if self.prefill.len() >= 4 {
+                    self.prefill.clear();
+                }
+                let compiled = self.compile_step(n, false)?;
+                self.prefill.insert(n, compiled);
+            }
+            self.prefill.get_mut(&n).expect("compiled above")
+        };
+        let logits = program.run_typed(&[("x", &x), ("pos", &pos)])?.remove(0).to_f32_vec();
+        self.pos += n;
+        Ok(logits)
+    }
+
+    /// Runs a prompt as one batch after what the cache holds; returns the logits of its
+    /// last token.
+    pub fn prefill(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>> {
+        self.step(tokens, false)
+    }
+
+    /// Runs one token; returns the logits that follow it.
+    pub fn decode(&mut self, token: TokenId) -> Result<Vec<f32>> {
+        self.step(&[token], true)
+    }
+
+    /// Prefills `prompt`, then samples up to `max_new` tokens, calling `on_token` with
+    /// each as it comes (return false to stop). Stops at the end-of-sequence token when
+    /// `stop_at_eos`.
+    pub fn generate(
+        &mut self,
+        prompt: &[TokenId],
+        max_new: usize,
+        sampler: &mut crate::sampler::Sampler,
+        stop_at_eos: bool,
+        mut on_token: impl FnMut(TokenId) -> bool,
+    ) -> Result<(Vec<TokenId>, GenerateStats)> {
+        let mut stats = GenerateStats { prompt_tokens: prompt.len(), ..Default::default() };
+        let mut history = prompt.to_vec();
+        let mut out = Vec::new();
+        if max_new == 0 {
+            return Ok((out, stats));
+        }
+        let start = Instant::now();
+        let mut logits = self.prefill(prompt)?;
+        stats.prompt_seconds = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        loop {
+            let next = sampler.sample(&logits, &history);
+            out.push(next);
+            history.push(next);
+            let eos = stop_at_eos && Some(next) == self.tokenizer.eos;
+            if !on_token(next) || eos || out.len() == max_new {
+                break;
+            }
+            logits = self.decode(next)?;
+        }
+        stats.generated_tokens = out.len();
+        stats.generate_seconds = start.elapsed().as_secs_f64();
+        Ok((out, stats))
+    }
+}
+
+/// A norm weight `[h]` as an f32 buffer (borrowed when the file stores f32).
+fn norm_buffer(
+    g: &Gguf,
+    name: &str,
+    h: usize,
+    borrow: &impl Fn(&TensorInfo, DType, &[usize]) -> Result<ParamBuffer>,
+) -> Result<ParamBuffer> {
+    let t = tensor(g, name)?;
+    if t.shape() != [h] {
+        return Err(Error::shape(format!("gguf: tensor '{name}' is {:?}, expected [{h}]", t.shape())));
+    }
+    if t.scheme == QuantScheme::F32 {
+        return borrow(t, DType::F32, &[h]);
+    }
+    let values = g.dequantize(name)?;
+    let buffer = ParamBuffer::zeroed(DType::F32, &[h])?;
+    buffer.write(&HostTensor::from_f32(&[h], &values)?)?;
+    Ok(buffer)
+}

@@ -1,0 +1,122 @@
+//! Choosing the next token from logits: greedy, or temperature with top-k, top-p
+//! (nucleus) and a repetition penalty, from a seeded generator (same seed, same text).
+//!
+//! Order, as in HuggingFace transformers' `generate`: repetition penalty over the last
+//! `penalty_window` tokens (a positive logit divided by the penalty, a negative one
+//! multiplied), temperature, top-k, softmax, top-p, and a draw.
+
+use crate::tokenizer::TokenId;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerConfig {
+    /// 0 = greedy (argmax, ties to the lower id).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (0 = all).
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches `top_p` (1 = all).
+    pub top_p: f32,
+    /// > 1 discourages tokens seen in the window (1 = off).
+    pub repetition_penalty: f32,
+    pub penalty_window: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig { temperature: 0.0, top_k: 40, top_p: 0.95, repetition_penalty: 1.0, penalty_window: 64, seed: 0 }
+    }
+}
+
+pub struct Sampler {
+    config: SamplerConfig,
+    state: u64,
+    candidates: Vec<(f32, TokenId)>,
+}
+
+impl Sampler {
+    pub fn new(config: SamplerConfig) -> Sampler {
+        let state = config.seed ^ 0x9E37_79B9_7F4A_7C15;
+        Sampler { config, state, candidates: Vec::new() }
+    }
+
+    pub fn config(&self) -> &SamplerConfig {
+        &self.config
+    }
+
+    /// A uniform draw in [0, 1) (SplitMix64).
+    fn uniform(&mut self) -> f64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The next token after `history` (the ids so far, prompt included).
+    pub fn sample(&mut self, logits: &[f32], history: &[TokenId]) -> TokenId {
+        let c = &self.config;
+        let penalized = |id: usize| {
+            c.repetition_penalty != 1.0
+                && history[history.len().saturating_sub(c.penalty_window)..].contains(&(id as TokenId))
+        };
+        let adjusted = |id: usize, l: f32| {
+            if !penalized(id) {
+                l
+            } else if l > 0.0 {
+                l / c.repetition_penalty
+            } else {
+                l * c.repetition_penalty
+            }
+        };
+        if c.temperature <= 0.0 {
+            // NaN logits never win.
+            let mut best = (f32::NEG_INFINITY, 0 as TokenId);
+            for (id, &l) in logits.iter().enumerate() {
+                let l = adjusted(id, l);
+                if l > best.0 {
+                    best = (l, id as TokenId);
+                }
+            }
+            return best.1;
+        }
+        let (top_k, temperature, top_p) = (c.top_k, c.temperature, c.top_p);
+        let mut cand = std::mem::take(&mut self.candidates);
+        cand.clear();
+        cand.extend(
+            logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(id, &l)| (adjusted(id, l), id as TokenId)),
+        );
+        let by_logit = |a: &(f32, TokenId), b: &(f32, TokenId)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if top_k > 0 && top_k < cand.len() {
+            cand.select_nth_unstable_by(top_k - 1, by_logit);
+            cand.truncate(top_k);
+        }
+        cand.sort_unstable_by(by_logit);
+        let Some(&(max, first)) = cand.first() else { return 0 };
+        let mut probs: Vec<f64> = cand.iter().map(|&(l, _)| (((l - max) / temperature) as f64).exp()).collect();
+        let total: f64 = probs.iter().sum();
+        let mut keep = probs.len();
+        if top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, p) in probs.iter().enumerate() {
+                acc += p / total;
+                if acc >= top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        probs.truncate(keep);
+        let kept: f64 = probs.iter().sum();
+        let mut r = self.uniform() * kept;
+        let mut pick = first;
+        for (p, &(_, id)) in probs.iter().zip(&cand) {
+            pick = id;
+            if r < *p {
+                break;
+            }
+            r -= p;
+        }
+        self.candidates = cand;
+        pick
+    }
+}

@@ -1,0 +1,362 @@
+//! GPT-2-style byte-level BPE, built from a GGUF file's `tokenizer.ggml.*` metadata.
+//!
+//! Encoding: special tokens (GGUF token types 3 "control" and 4 "user defined", e.g.
+//! `<|im_start|>`) are matched as whole strings first; the text between them is split by
+//! the pre-tokenizer the file names (`tokenizer.ggml.pre`), each piece's UTF-8 bytes are
+//! mapped to GPT-2's printable byte alphabet, and merges are applied lowest rank first.
+//! Decoding maps the alphabet back to bytes, so any UTF-8 text round-trips.
+//!
+//! The pre-tokenizer is GPT-2's regex, written out as a scanner:
+//! `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
+//! "smollm" (SmolLM2) first isolates every `\p{N}` character, as llama.cpp and the
+//! HuggingFace tokenizer (`Digits(individual_digits)`) do. Checked against HuggingFace
+//! `tokenizers` on the fixtures made by tools/llm/reference.py.
+
+use rlx_gguf::{Gguf, Value};
+use rlx_ir::{Error, Result};
+use std::collections::HashMap;
+use unicode_general_category::{GeneralCategory as G, get_general_category};
+
+/// A token id.
+pub type TokenId = u32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pre {
+    /// GPT-2's regex.
+    Gpt2,
+    /// Every numeric character alone, then GPT-2's regex (SmolLM2's "smollm").
+    Gpt2Digits,
+}
+
+pub struct Tokenizer {
+    /// Token text in the byte alphabet, by id.
+    tokens: Vec<String>,
+    ids: HashMap<String, TokenId>,
+    /// (left, right) -> (rank, merged).
+    merges: HashMap<(TokenId, TokenId), (u32, TokenId)>,
+    /// Control and user-defined tokens, longest first (matched whole in text).
+    specials: Vec<(String, TokenId)>,
+    is_special: Vec<bool>,
+    byte_char: [char; 256],
+    char_byte: HashMap<char, u8>,
+    pre: Pre,
+    /// Token the model expects first, if the file asks for one.
+    pub bos: Option<TokenId>,
+    /// End of sequence (stops generation).
+    pub eos: Option<TokenId>,
+    pub add_bos: bool,
+}
+
+/// GPT-2's map from bytes to printable characters: printable Latin-1 bytes map to
+/// themselves, the rest to U+0100 upwards in byte order.
+fn byte_alphabet() -> [char; 256] {
+    let mut map = ['\0'; 256];
+    let mut next = 256u32;
+    for b in 0..256u32 {
+        let printable = (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        map[b as usize] = if printable {
+            char::from_u32(b).expect("Latin-1")
+        } else {
+            next += 1;
+            char::from_u32(next - 1).expect("below U+0200")
+        };
+    }
+    map
+}
+
+fn strings(v: &Value, key: &str) -> Result<Vec<String>> {
+    v.as_array()
+        .ok_or_else(|| Error::parse(format!("gguf: '{key}' is not an array")))?
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            s.as_str().map(str::to_string).ok_or_else(|| Error::parse(format!("gguf: '{key}'[{i}] is not a string")))
+        })
+        .collect()
+}
+
+impl Tokenizer {
+    /// The tokenizer stored in `gguf`'s metadata.
+    pub fn from_gguf(gguf: &Gguf) -> Result<Tokenizer> {
+        let model = gguf.require("tokenizer.ggml.model")?.as_str().unwrap_or("");
+        if model != "gpt2" {
+            return Err(Error::unsupported(format!(
+                "tokenizer.ggml.model '{model}': only GPT-2-style byte-level BPE ('gpt2') is implemented"
+            )));
+        }
+        let pre = match gguf.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default") {
+            "smollm" => Pre::Gpt2Digits,
+            "gpt2" | "default" => Pre::Gpt2,
+            other => {
+                return Err(Error::unsupported(format!(
+                    "tokenizer.ggml.pre '{other}': implemented pre-tokenizers are 'gpt2', 'default' and 'smollm'"
+                )));
+            }
+        };
+        let tokens = strings(gguf.require("tokenizer.ggml.tokens")?, "tokenizer.ggml.tokens")?;
+        let types: Vec<i64> = match gguf.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
+            Some(a) => a.iter().map(|v| v.as_u64().map_or(1, |x| x as i64)).collect(),
+            None => vec![1; tokens.len()],
+        };
+        if types.len() != tokens.len() {
+            return Err(Error::parse(format!("gguf: {} token types for {} tokens", types.len(), tokens.len())));
+        }
+        let ids: HashMap<String, TokenId> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as TokenId)).collect();
+        let mut merges = HashMap::new();
+        if let Some(v) = gguf.get("tokenizer.ggml.merges") {
+            for (rank, m) in strings(v, "tokenizer.ggml.merges")?.iter().enumerate() {
+                let Some((a, b)) = m.split_once(' ') else {
+                    return Err(Error::parse(format!("gguf: merge {rank} '{m}' is not two tokens")));
+                };
+                if let (Some(&l), Some(&r), Some(&out)) = (ids.get(a), ids.get(b), ids.get(&format!("{a}{b}"))) {
+                    merges.entry((l, r)).or_insert((rank as u32, out));
+                }
+            }
+        }
+        let is_special: Vec<bool> = types.iter().map(|&t| t == 3 || t == 4).collect();
+        let mut specials: Vec<(String, TokenId)> = tokens
+            .iter()
+            .enumerate()
+            .filter(|&(i, t)| is_special[i] && !t.is_empty())
+            .map(|(i, t)| (t.clone(), i as TokenId))
+            .collect();
+        specials.sort_by_key(|(t, _)| std::cmp::Reverse(t.len()));
+        let id_key = |key: &str| {
+            gguf.get(key).and_then(Value::as_u64).filter(|&i| (i as usize) < tokens.len()).map(|i| i as TokenId)
+        };
+        let byte_char = byte_alphabet();
+        Ok(Tokenizer {
+            bos: id_key("tokenizer.ggml.bos_token_id"),
+            eos: id_key("tokenizer.ggml.eos_token_id"),
+            add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool).unwrap_or(false),
+            char_byte: byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect(),
+            byte_char,
+            tokens,
+            ids,
+            merges,
+            specials,
+            is_special,
+            pre,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Token `id`'s text as stored (byte alphabet), if the id exists.
+    pub fn token(&self, id: TokenId) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// Whether `id` is a control / user-defined token.
+    pub fn is_special(&self, id: TokenId) -> bool {
+        self.is_special.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Token ids of `text`. With `special`, special-token strings in the text become
+    /// their tokens (templates need this); without, they are encoded as plain text.
+    /// No BOS is added here (see [`Tokenizer::encode_prompt`]).
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<TokenId>> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let found = if special { self.next_special(rest) } else { None };
+            let (plain, tail) = match found {
+                Some((at, _, _)) => rest.split_at(at),
+                None => (rest, ""),
+            };
+            self.encode_plain(plain, &mut out)?;
+            match found {
+                Some((_, len, id)) => {
+                    out.push(id);
+                    rest = &tail[len..];
+                }
+                None => rest = "",
+            }
+        }
+        Ok(out)
+    }
+
+    /// `encode(text, special)` with the BOS token first when the file asks for it.
+    pub fn encode_prompt(&self, text: &str, special: bool) -> Result<Vec<TokenId>> {
+        let mut ids = Vec::new();
+        if let (true, Some(bos)) = (self.add_bos, self.bos) {
+            ids.push(bos);
+        }
+        ids.extend(self.encode(text, special)?);
+        Ok(ids)
+    }
+
+    /// The earliest special token in `text`: (byte offset, byte length, id).
+    fn next_special(&self, text: &str) -> Option<(usize, usize, TokenId)> {
+        for (at, _) in text.char_indices() {
+            let here = &text[at..];
+            // Longest first: the list is sorted by length.
+            if let Some((t, id)) = self.specials.iter().find(|(t, _)| here.starts_with(t.as_str())) {
+                return Some((at, t.len(), *id));
+            }
+        }
+        None
+    }
+
+    fn encode_plain(&self, text: &str, out: &mut Vec<TokenId>) -> Result<()> {
+        for piece in pre_tokenize(text, self.pre == Pre::Gpt2Digits) {
+            self.bpe(piece, out)?;
+        }
+        Ok(())
+    }
+
+    /// Byte-level BPE of one pre-token.
+    fn bpe(&self, piece: &str, out: &mut Vec<TokenId>) -> Result<()> {
+        let mut syms: Vec<TokenId> = Vec::with_capacity(piece.len());
+        for &b in piece.as_bytes() {
+            let c = self.byte_char[b as usize];
+            let id = self.ids.get(c.encode_utf8(&mut [0; 4]) as &str).copied().ok_or_else(|| {
+                Error::parse(format!("tokenizer: byte 0x{b:02x} ('{c}') has no token in the vocabulary"))
+            })?;
+            syms.push(id);
+        }
+        // Merge the lowest-ranked adjacent pair until none applies (words are short:
+        // the quadratic scan is cheaper than a heap here).
+        loop {
+            let best = syms
+                .windows(2)
+                .enumerate()
+                .filter_map(|(i, w)| self.merges.get(&(w[0], w[1])).map(|&(rank, id)| (rank, i, id)))
+                .min();
+            let Some((_, i, id)) = best else { break };
+            syms[i] = id;
+            syms.remove(i + 1);
+        }
+        out.extend(syms);
+        Ok(())
+    }
+
+    /// The bytes of `ids` (special tokens as their text). Bytes, not a String: a token
+    /// may end inside a UTF-8 character ([`TextStream`] joins them).
+    pub fn decode_bytes(&self, ids: &[TokenId]) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            let t = self.token(id).ok_or_else(|| {
+                Error::input(format!("token id {id} is outside the vocabulary of {}", self.tokens.len()))
+            })?;
+            if self.is_special(id) {
+                bytes.extend(t.as_bytes());
+                continue;
+            }
+            for c in t.chars() {
+                match self.char_byte.get(&c) {
+                    Some(&b) => bytes.push(b),
+                    // Not in the byte alphabet (a hand-added token): its UTF-8 as is.
+                    None => bytes.extend(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                }
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// `ids` as text (invalid UTF-8, e.g. a cut character, becomes U+FFFD).
+    pub fn decode(&self, ids: &[TokenId]) -> Result<String> {
+        Ok(String::from_utf8_lossy(&self.decode_bytes(ids)?).into_owned())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Space,
+    Letter,
+    Number,
+    Other,
+}
+
+fn class(c: char) -> Class {
+    if c.is_whitespace() {
+        return Class::Space;
+    }
+    match get_general_category(c) {
+        G::UppercaseLetter | G::LowercaseLetter | G::TitlecaseLetter | G::ModifierLetter | G::OtherLetter => {
+            Class::Letter
+        }
+        G::DecimalNumber | G::LetterNumber | G::OtherNumber => Class::Number,
+        _ => Class::Other,
+    }
+}
+
+/// Length in chars of a contraction suffix (`s t re ve m ll d`) starting `chars`.
+fn contraction(chars: &[char]) -> Option<usize> {
+    match chars {
+        ['r', 'e', ..] | ['v', 'e', ..] | ['l', 'l', ..] => Some(2),
+        ['s' | 't' | 'm' | 'd', ..] => Some(1),
+        _ => None,
+    }
+}
+
+/// Splits `text` into pre-tokens (see the module docs).
+pub fn pre_tokenize(text: &str, digits_alone: bool) -> Vec<&str> {
+    let idx: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len();
+    let cls: Vec<Class> = chars.iter().map(|&c| class(c)).collect();
+    // With digits isolated, a digit ends the segment before it (whitespace runs stop there).
+    let boundary = |j: usize| j == n || (digits_alone && cls[j] == Class::Number);
+    let run = |from: usize, k: Class| {
+        (from..n).find(|&j| cls[j] != k || (digits_alone && k == Class::Number && j > from)).unwrap_or(n)
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let end = if digits_alone && cls[i] == Class::Number {
+            i + 1
+        } else if chars[i] == '\''
+            && let Some(len) = contraction(&chars[i + 1..])
+        {
+            i + 1 + len
+        } else {
+            // ` ?` before a letter, number or symbol run (not before a digit standing alone).
+            let prefixed = chars[i] == ' ' && i + 1 < n && cls[i + 1] != Class::Space && !boundary(i + 1);
+            let start = if prefixed { i + 1 } else { i };
+            match cls[start] {
+                Class::Space => {
+                    let e = run(i, Class::Space);
+                    // `\s+(?!\S)`: before a non-space, leave the last whitespace character
+                    // to prefix what follows; at a segment's end take the whole run.
+                    if boundary(e) || e - i == 1 { e } else { e - 1 }
+                }
+                k => run(start, k),
+            }
+        };
+        out.push(&text[idx[i]..idx[end]]);
+        i = end;
+    }
+    out
+}
+
+/// Joins decoded bytes into text as whole UTF-8 characters arrive (streaming output).
+#[derive(Default)]
+pub struct TextStream {
+    pending: Vec<u8>,
+}
+
+impl TextStream {
+    /// Adds `bytes`; returns the text that is now complete.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // An invalid sequence (not just an unfinished one) is flushed as U+FFFD.
+            Err(e) if e.error_len().is_some() => self.pending.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let text = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+        self.pending.drain(..valid);
+        text
+    }
+
+    /// Whatever is left (an unfinished character becomes U+FFFD).
+    pub fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        text
+    }
+}
