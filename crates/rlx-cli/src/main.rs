@@ -1,11 +1,12 @@
-//! `rlx`: inspect, run and demo RLX graphs. Every failure exits non-zero with a
-//! one-line reason on stderr.
+//! `rlx`: inspect, run and demo RLX graphs; generate text with GGUF models. Every failure
+//! exits non-zero with a one-line reason on stderr.
 
 mod bench;
 mod check;
 mod demo;
 mod info;
 mod inspect;
+mod llm;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -21,10 +22,51 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a graph's nodes, shapes, dtypes, inputs, params and outputs.
+    /// Print a graph's nodes, shapes, dtypes, inputs, params and outputs, or a GGUF
+    /// file's metadata and tensors.
     Inspect {
-        /// A graph in RLX's JSON format (docs/graph-format.md).
+        /// A graph in RLX's JSON format (docs/graph-format.md), or a .gguf file.
         graph: PathBuf,
+    },
+    /// Generate text with a Llama-family GGUF model, streaming tokens as they come.
+    Generate {
+        /// The model (default: SmolLM2-135M-Instruct Q4_1 in $RLX_MODELS or ~/.cache/rlx).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// The prompt text.
+        #[arg(long, short)]
+        prompt: String,
+        /// Tokens to generate at most (stops early at end of sequence).
+        #[arg(short = 'n', long = "max-tokens", default_value_t = 128)]
+        max_tokens: usize,
+        /// Sampling temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temp: f32,
+        /// Seed of the sampler's random generator.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, default_value_t = 40)]
+        top_k: usize,
+        #[arg(long, default_value_t = 0.95)]
+        top_p: f32,
+        /// Repetition penalty over the last 64 tokens (1 = off).
+        #[arg(long, default_value_t = 1.0)]
+        repeat_penalty: f32,
+        /// Wrap the prompt in the model's chat template (as the user's message).
+        #[arg(long)]
+        chat: bool,
+        /// A system message for --chat (default: the template's own).
+        #[arg(long)]
+        system: Option<String>,
+        /// Worker threads (default: RLX_THREADS or all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// KV cache size in tokens (0: the model's context, at most 2048).
+        #[arg(long, default_value_t = 0)]
+        ctx: usize,
+        /// Decode with f32 activations instead of 8-bit integer dot products.
+        #[arg(long)]
+        f32_decode: bool,
     },
     /// Compile a graph for the CPU, run it on .npy inputs and print or save the outputs.
     Run {
@@ -55,11 +97,22 @@ enum Command {
     },
     /// Print the CPU features found and the arm each kernel family uses.
     Info,
-    /// Measure kernels against their anchors (glibc, NumPy, OpenBLAS, FMA peak) in one run.
+    /// Measure against anchors in one run: `kernels` (glibc, NumPy, OpenBLAS, FMA peak),
+    /// `transformer` (fusion and memory plan), `llm` (pp512 / tg128 tokens/s; llama.cpp
+    /// with --llama-cpp).
     Bench {
-        /// What to measure: `kernels`.
+        /// What to measure: `kernels`, `transformer` or `llm`.
         #[arg(default_value = "kernels")]
         what: String,
+        /// The model for `llm` (default: SmolLM2-135M-Instruct Q4_1).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Thread counts for `llm`, comma-separated.
+        #[arg(long, default_value = "1,2", value_delimiter = ',')]
+        threads: Vec<usize>,
+        /// Also measure llama.cpp (llama-cpp-python, built once into a cached virtualenv).
+        #[arg(long)]
+        llama_cpp: bool,
     },
 }
 
@@ -80,12 +133,48 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Inspect { graph } if graph.extension().is_some_and(|e| e == "gguf") => llm::inspect_gguf(&graph),
         Command::Inspect { graph } => inspect::inspect(&graph),
+        Command::Generate {
+            model,
+            prompt,
+            max_tokens,
+            temp,
+            seed,
+            top_k,
+            top_p,
+            repeat_penalty,
+            chat,
+            system,
+            threads,
+            ctx,
+            f32_decode,
+        } => llm::generate(&llm::GenerateArgs {
+            model,
+            prompt,
+            max_new: max_tokens,
+            sampler: rlx::models::SamplerConfig {
+                temperature: temp,
+                top_k,
+                top_p,
+                repetition_penalty: repeat_penalty,
+                seed,
+                ..Default::default()
+            },
+            chat,
+            system,
+            threads,
+            context: ctx,
+            f32_decode,
+        }),
         Command::Run { graph, inputs, params, out } => run::run(&graph, &inputs, &params, out.as_deref()),
         Command::Demo => demo::demo(),
         Command::Check { graph, backend, json } => check::check(&graph, &backend, json),
         Command::Info => info::info(),
-        Command::Bench { what } => bench::bench(&what),
+        Command::Bench { what, model, threads, llama_cpp } if what == "llm" => {
+            llm::bench_llm(model.as_deref(), &threads, llama_cpp)
+        }
+        Command::Bench { what, .. } => bench::bench(&what),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -126,7 +126,14 @@ fn demo_runs_and_checks_itself() {
 
 #[test]
 fn help_for_every_command() {
-    for args in [&["--help"][..], &["run", "--help"], &["inspect", "--help"], &["demo", "--help"]] {
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["inspect", "--help"],
+        &["demo", "--help"],
+        &["generate", "--help"],
+        &["bench", "--help"],
+    ] {
         let o = rlx(args);
         assert!(o.status.success() && stdout(&o).contains("Usage"), "{args:?}");
     }
@@ -239,4 +246,85 @@ fn check_flags_hazards_and_fails_on_bad_graphs() {
     let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(doc["ok"], false);
     assert!(doc["errors"][0].as_str().unwrap().contains("node"), "{doc}");
+}
+
+/// The default model, or `None` (with a note) when it is not fetched and not required.
+fn model() -> Option<PathBuf> {
+    let path = rlx::models::default_model_path();
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("RLX_REQUIRE_MODEL").map_or(true, |v| v != "1"),
+        "{} is missing: run tools/fetch_model.sh",
+        path.display()
+    );
+    eprintln!("skipping: {} is missing (tools/fetch_model.sh fetches it)", path.display());
+    None
+}
+
+#[test]
+fn generate_streams_text_and_reports_speed() {
+    let Some(model) = model() else { return };
+    let model = model.display().to_string();
+    let o = rlx(&["generate", "--model", &model, "-p", "The capital of France is", "-n", "8", "--threads", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Greedy: the reference's first tokens (tests/fixtures/llm in rlx-models).
+    assert!(stdout(&o).starts_with("The capital of France is Paris."), "{}", stdout(&o));
+    assert!(stderr(&o).contains("prompt: 5 tokens") && stderr(&o).contains("tok/s"), "{}", stderr(&o));
+    // Chat mode stops at <|im_end|> and prints only the answer.
+    let o = rlx(&["generate", "--model", &model, "--chat", "-p", "What is the capital of France?", "-n", "40"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("Paris") && !stdout(&o).contains("<|im_"), "{}", stdout(&o));
+    // Sampling with a seed is reproducible.
+    let sampled = |seed: &str| {
+        let o = rlx(&[
+            "generate",
+            "--model",
+            &model,
+            "-p",
+            "Once upon a time",
+            "-n",
+            "12",
+            "--temp",
+            "0.9",
+            "--seed",
+            seed,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(sampled("5"), sampled("5"));
+}
+
+#[test]
+fn inspect_reads_gguf_files() {
+    let Some(model) = model() else { return };
+    let o = rlx(&["inspect", &model.display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in
+        ["GGUF v3", "llama.block_count", "30", "blk.0.attn_q.weight", "Q4_1", "[576, 576]", "token_embd.weight"]
+    {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn llm_commands_fail_cleanly() {
+    let dir = scratch("gguf");
+    let missing = dir.join("nope.gguf").display().to_string();
+    let o = rlx(&["generate", "--model", &missing, "-p", "hi"]);
+    assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
+    let o = rlx(&["bench", "llm", "--model", &missing]);
+    assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
+    // A truncated file: the error names the byte offset and field.
+    let bad = dir.join("bad.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00\x01").unwrap();
+    for cmd in [&["inspect", bad.to_str().unwrap()][..], &["generate", "--model", bad.to_str().unwrap(), "-p", "x"][..]]
+    {
+        let o = rlx(cmd);
+        assert!(!o.status.success(), "{cmd:?}");
+        assert!(stderr(&o).contains("byte 8") && stderr(&o).lines().count() == 1, "{cmd:?}: {}", stderr(&o));
+    }
 }

@@ -32,11 +32,13 @@ impl ChatTemplate {
     /// Recognizes the family of a Jinja template text.
     pub fn from_jinja(template: &str) -> Result<ChatTemplate> {
         if template.contains(IM_START) && template.contains(IM_END) {
-            // A literal system turn in the template is its default system message.
-            let marker = format!("{IM_START}system\n");
-            let default_system = template.find(&marker).and_then(|at| {
+            // A literal system turn in the template is its default system message. Inside
+            // a Jinja string literal the newline may be a real one or the escape `\n`.
+            let default_system = ["\n", "\\n"].iter().find_map(|nl| {
+                let marker = format!("{IM_START}system{nl}");
+                let at = template.find(&marker)?;
                 let rest = &template[at + marker.len()..];
-                rest.find(IM_END).map(|end| rest[..end].to_string())
+                rest.find(IM_END).map(|end| rest[..end].replace("\\n", "\n"))
             });
             return Ok(ChatTemplate::ChatMl { default_system });
         }

@@ -104,7 +104,12 @@ impl Tokenizer {
         let ids: HashMap<String, TokenId> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as TokenId)).collect();
         let mut merges = HashMap::new();
         if let Some(v) = gguf.get("tokenizer.ggml.merges") {
-            for (rank, m) in strings(v, "tokenizer.ggml.merges")?.iter().enumerate() {
+            let list = v.as_array().ok_or_else(|| Error::parse("gguf: 'tokenizer.ggml.merges' is not an array"))?;
+            merges.reserve(list.len());
+            for (rank, m) in list.iter().enumerate() {
+                let m = m
+                    .as_str()
+                    .ok_or_else(|| Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] is not a string")))?;
                 let Some((a, b)) = m.split_once(' ') else {
                     return Err(Error::parse(format!("gguf: merge {rank} '{m}' is not two tokens")));
                 };

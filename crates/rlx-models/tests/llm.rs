@@ -125,7 +125,7 @@ fn logits_and_greedy_generation_match_the_numpy_reference() {
         let (decode_diff, decode_top1) = compare(&logits, &npy(&format!("prompt{i}_decode0_logits.npy")));
         m.reset();
         let mut sampler = Sampler::new(SamplerConfig::default());
-        let (got, _) = m.generate(&prompt, want_tokens.len(), &mut sampler, false, |_| true).unwrap();
+        let (got, _) = m.generate(&prompt, want_tokens.len(), &mut sampler, false, |_, _| true).unwrap();
         let same = got.iter().zip(&want_tokens).take_while(|(a, b)| a == b).count();
         report.push(format!(
             "prompt {i}: prefill max|diff| {prefill_diff:.2e} top1 {prefill_top1}; decode max|diff| {decode_diff:.2e} top1 {decode_top1}; greedy {same}/{} tokens equal",
@@ -163,7 +163,7 @@ fn q8_decode_agrees_with_the_reference_within_its_rounding_noise() {
         let (diff, top1) = compare(&logits, &npy(&format!("prompt{i}_decode0_q8_logits.npy")));
         m.reset();
         let mut sampler = Sampler::new(SamplerConfig::default());
-        let (got, _) = m.generate(&prompt, want.len(), &mut sampler, false, |_| true).unwrap();
+        let (got, _) = m.generate(&prompt, want.len(), &mut sampler, false, |_, _| true).unwrap();
         let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
         let robust = margins.iter().position(|&m| m < 1.0).unwrap_or(margins.len());
         report.push(format!(

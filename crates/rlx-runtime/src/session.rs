@@ -116,7 +116,8 @@ impl CompiledGraph {
         self.executable.set_param(i, t.as_ref().unwrap_or(value))
     }
 
-    /// The buffer param `name` lives in (`None` when nothing reads it). Binding it into
+    /// The buffer param `name` lives in (`None` when nothing reads it, or before it is
+    /// set or bound). Binding it into
     /// another compiled graph shares it: a KV cache both a prefill and a decode graph
     /// append to, or weights loaded once.
     pub fn param_buffer(&self, name: &str) -> Result<Option<ParamBuffer>> {

@@ -6,9 +6,11 @@
 //! this crate.
 
 pub use rlx_compile as compile;
+pub use rlx_gguf as gguf;
 pub use rlx_io as io;
 pub use rlx_ir as ir;
 pub use rlx_ir::{Error, ErrorKind, Result};
+pub use rlx_models as models;
 pub use rlx_runtime as runtime;
 
 /// Everything the API contract promises, in one import.

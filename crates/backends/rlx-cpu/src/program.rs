@@ -173,10 +173,9 @@ impl CpuProgram {
             .iter()
             .map(|&v| Ok((slot(v)?, schedule.values[v].dtype, schedule.values[v].dims.clone())))
             .collect::<Result<_>>()?;
-        let param_buffers: Vec<Option<ParamBuffer>> = params
-            .iter()
-            .map(|leaf| leaf.slot.map(|_| ParamBuffer::zeroed(leaf.dtype, &leaf.dims)).transpose())
-            .collect::<Result<_>>()?;
+        // Buffers come with set_param or bind_param: allocating them here would cost a
+        // model's worth of memory for weights that get bound to a mapped file anyway.
+        let param_buffers: Vec<Option<ParamBuffer>> = vec![None; params.len()];
         let param_written = schedule.params.iter().map(|p| plan.in_place.iter().any(|&(_, v)| v == *p)).collect();
         let mut bases = vec![arena.base()];
         bases.extend(param_buffers.iter().map(|b| b.as_ref().map_or(BufPtr(std::ptr::null_mut()), |b| b.start())));
@@ -232,13 +231,14 @@ impl CpuProgram {
     pub fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
         check_type(leaf, value)?;
-        if let Some(buffer) = &self.param_buffers[index] {
-            if buffer.is_borrowed() {
-                let owned = ParamBuffer::zeroed(leaf.dtype, &leaf.dims)?;
-                owned.write(value)?;
-                self.install(index, owned);
-            } else {
-                buffer.write(value)?;
+        if leaf.slot.is_some() {
+            match &self.param_buffers[index] {
+                Some(buffer) if !buffer.is_borrowed() => buffer.write(value)?,
+                _ => {
+                    let owned = ParamBuffer::zeroed(leaf.dtype, &leaf.dims)?;
+                    owned.write(value)?;
+                    self.install(index, owned);
+                }
             }
         }
         self.param_set[index] = true;
@@ -246,7 +246,7 @@ impl CpuProgram {
     }
 
     /// Param `index`'s buffer (a handle: binding it into another program shares it);
-    /// `None` when nothing reads the param.
+    /// `None` when nothing reads the param or it was never set or bound.
     pub fn param_buffer(&self, index: usize) -> Option<ParamBuffer> {
         self.param_buffers.get(index).cloned().flatten()
     }

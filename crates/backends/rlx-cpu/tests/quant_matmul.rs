@@ -96,9 +96,9 @@ fn check(s: QuantScheme, m: usize, k: usize, n: usize, q8: bool, seed: u64) {
 fn every_scheme_matches_the_f64_oracle() {
     for (i, s) in QuantScheme::ALL.into_iter().enumerate() {
         let bs = s.block_size().max(32);
-        // Odd block counts exercise the pair kernels' tails; m = 1 is the GEMV, m = 5 the
-        // tiled GEMM (or, with q8, five quantized rows).
-        for (m, blocks, n) in [(1, 1, 1), (1, 3, 17), (5, 2, 3), (2, 19, 9)] {
+        // Odd block counts exercise the pair kernels' tails; m <= 8 is the GEMV, m = 9 the
+        // tiled GEMM (or, with q8, that many quantized rows).
+        for (m, blocks, n) in [(1, 1, 1), (1, 3, 17), (5, 2, 3), (2, 19, 9), (9, 3, 5)] {
             let k = blocks * bs;
             for q8 in [false, true] {
                 check(s, m, k, n, q8, 100 + i as u64 * 7 + m as u64);
@@ -110,7 +110,8 @@ fn every_scheme_matches_the_f64_oracle() {
 #[test]
 fn long_rows_and_tiles_match_the_oracle() {
     // k = 1536 (SmolLM2's FFN), n past one GEMM tile (1024 rows).
-    check(QuantScheme::Q4_1, 7, 1536, 1030, false, 1);
+    check(QuantScheme::Q4_1, 12, 1536, 1030, false, 1);
+    check(QuantScheme::Q4_1, 7, 576, 130, false, 5);
     check(QuantScheme::Q4_1, 1, 1536, 65, true, 2);
     check(QuantScheme::Q8_0, 1, 576, 33, true, 3);
     check(QuantScheme::Q4_0, 3, 576, 20, true, 4);
@@ -160,4 +161,28 @@ fn bad_sizes_are_errors() {
     let mut out = vec![0f32; 2];
     let err = dequant_matmul_into(&plan, Arm::Portable, &[0.0; 64], &[0; 39], &mut out).unwrap_err();
     assert!(err.to_string().contains("Q4_1"), "{err}");
+}
+
+#[test]
+fn results_are_bit_identical_across_thread_counts() {
+    let mut rng = Rng::new(11);
+    // Big enough for every path to split: q8 decode, GEMV (m <= 8) and tiled GEMM.
+    let (k, n) = (576, 1100);
+    let w = random_weights(&mut rng, QuantScheme::Q4_1, n, k);
+    for (m, q8) in [(1, true), (3, false), (1, false), (20, false)] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+        let run = |threads: usize| {
+            let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], QuantScheme::Q4_1, q8, threads);
+            let mut out = vec![0f32; m * n];
+            rlx_cpu::threads::pool(threads)
+                .unwrap()
+                .install(|| dequant_matmul_into(&plan, Arm::best(), &x, &w, &mut out))
+                .unwrap();
+            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        let one = run(1);
+        for threads in [2, 3] {
+            assert!(run(threads) == one, "m {m} q8 {q8}: {threads} threads differ from 1");
+        }
+    }
 }

@@ -6,9 +6,9 @@
 //!   f32. Q4_0 / Q4_1 / Q8_0 have vector arms: AVX-512 VNNI (`vpdpbusd`, 64 weights per
 //!   instruction), AVX2 (`vpmaddubsw` + `vpmaddwd`) and a portable one; other schemes
 //!   decode each weight block to f32 and dot it with the quantized row.
-//! - **GEMV** (`m == 1`, f32 activations): each weight block decoded into registers and
-//!   dotted with the row.
-//! - **tiled GEMM** (`m > 1`, f32 activations, prefill): up to `TILE_ROWS` weight rows
+//! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
+//!   dotted with every row.
+//! - **tiled GEMM** (`m > 8`, f32 activations, prefill): up to `TILE_ROWS` weight rows
 //!   decoded to f32 at a time, then the packed f32 GEMM over all `m` rows, so each
 //!   decoded weight is used `m` times.
 //!
@@ -27,10 +27,16 @@ use rlx_ir::{Error, Result};
 /// Values per activation quantization block (llama.cpp's Q8_0 / Q8_1 block).
 pub const Q8_BLOCK: usize = 32;
 
-/// Weight rows decoded per GEMM tile: at k = 1536 a tile is 6 MiB of f32, and the rows of
-/// every SmolLM2 / TinyLlama projection fit in one or two tiles. Fixed (not derived from
-/// the thread count) so that the GEMM sees the same shapes whatever the threads.
-const TILE_ROWS: usize = 1024;
+/// Activation rows up to which f32 products decode each weight block once into
+/// registers for all rows (GEMV) rather than a tile for the GEMM: a 5-token prompt took
+/// 150 ms through tiles, as each call decoded every weight of the model to f32.
+const GEMV_ROWS: usize = 8;
+
+/// Weight rows decoded per GEMM tile (3 MiB of f32 at k = 1536). Measured on SmolLM2
+/// pp512, 1 / 2 threads: 256 rows 498 / 662 tok/s, 512 rows 509 / 761, 1024 rows 477 /
+/// 735 (and 2.5 MiB more scratch). Fixed (not derived from the thread count) so that the
+/// GEMM sees the same shapes whatever the threads.
+const TILE_ROWS: usize = 512;
 
 #[derive(Clone, Debug)]
 pub struct QuantMatMulPlan {
@@ -82,11 +88,8 @@ pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], o
     }
     if p.q8 {
         q8_matmul(p, arm, x, w, out);
-    } else if p.m == 1 {
-        par_columns(p, out, |i, j0, o| {
-            let rows = &w[j0 * p.row_bytes()..][..o.len() * p.row_bytes()];
-            gemv_f32(arm, p.scheme, p.k, rows, &x[i * p.k..][..p.k], o)
-        });
+    } else if p.m <= GEMV_ROWS {
+        gemv_rows(p, arm, x, w, out);
     } else {
         tiled_gemm(p, arm, x, w, out);
     }
@@ -553,32 +556,67 @@ mod x86 {
 // f32 activations
 
 multiversion! {
-    /// `out[j] = x . W[j]` for the weight rows in `rows`, each block decoded into `buf`.
-    fn gemv_f32(scheme: QuantScheme, k: usize, rows: &[u8], x: &[f32], out: &mut [f32]) {
+    /// `out[j * m + i] = x[i] . W[j]` for the weight rows in `rows` and the `m` rows of
+    /// `x` (at most `GEMV_ROWS`): each weight block is decoded once for all of them.
+    fn gemv_f32(scheme: QuantScheme, k: usize, m: usize, rows: &[u8], x: &[f32], out: &mut [f32]) {
         let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
         let rb = k / bs * bb;
         let mut buf = [0f32; 256];
-        for (o, row) in out.iter_mut().zip(rows.chunks_exact(rb)) {
-            let mut lanes = [0f32; 16];
+        for (o, row) in out.chunks_exact_mut(m).zip(rows.chunks_exact(rb)) {
+            let mut lanes = [[0f32; 16]; GEMV_ROWS];
             for (c, wb) in row.chunks_exact(bb).enumerate() {
                 let vals = &mut buf[..bs];
                 decode_block(scheme, wb, vals);
-                let xs = &x[c * bs..][..bs];
-                if bs >= 16 {
-                    for (v, xv) in vals.chunks_exact(16).zip(xs.chunks_exact(16)) {
-                        for l in 0..16 {
-                            lanes[l] += v[l] * xv[l];
+                for (i, lanes) in lanes.iter_mut().enumerate().take(m) {
+                    let xs = &x[i * k + c * bs..][..bs];
+                    if bs >= 16 {
+                        for (v, xv) in vals.chunks_exact(16).zip(xs.chunks_exact(16)) {
+                            for l in 0..16 {
+                                lanes[l] += v[l] * xv[l];
+                            }
                         }
-                    }
-                } else {
-                    for (l, (&v, &xv)) in vals.iter().zip(xs).enumerate() {
-                        lanes[l] += v * xv;
+                    } else {
+                        for (l, (&v, &xv)) in vals.iter().zip(xs).enumerate() {
+                            lanes[l] += v * xv;
+                        }
                     }
                 }
             }
-            *o = lanes.iter().sum();
+            for (o, lanes) in o.iter_mut().zip(&lanes) {
+                *o = lanes.iter().sum();
+            }
         }
     }
+}
+
+/// The f32 product for up to `GEMV_ROWS` activation rows: weight rows split across
+/// threads, results gathered `[n, m]` then transposed to `[m, n]`.
+fn gemv_rows(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    let (m, n, rb) = (p.m, p.n, p.row_bytes());
+    let threads = rayon::current_num_threads().min(p.threads);
+    let chunk = n.div_ceil(threads * 4).next_multiple_of(16).max(16);
+    let run = |tmp: &mut [f32]| {
+        let task = |c: usize, o: &mut [f32]| {
+            let rows = o.len() / m;
+            gemv_f32(arm, p.scheme, p.k, m, &w[c * chunk * rb..][..rows * rb], x, o)
+        };
+        if threads > 1 && n * p.k >= 1 << 16 {
+            tmp.par_chunks_mut(chunk * m).enumerate().for_each(|(c, o)| task(c, o));
+        } else {
+            tmp.chunks_mut(chunk * m).enumerate().for_each(|(c, o)| task(c, o));
+        }
+    };
+    if m == 1 {
+        return run(out);
+    }
+    crate::threads::with_scratch::<f32, _>(n * m, |tmp| {
+        run(tmp);
+        for (j, col) in tmp.chunks_exact(m).enumerate() {
+            for (i, &v) in col.iter().enumerate() {
+                out[i * n + j] = v;
+            }
+        }
+    })
 }
 
 /// One block decoded, with the 32-element formats written as plain loops (so they

@@ -1,0 +1,271 @@
+//! `rlx generate`, `rlx inspect FILE.gguf` and `rlx bench llm`.
+
+use rlx::gguf::Gguf;
+use rlx::models::{ChatTemplate, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TextStream, TokenId};
+use rlx::prelude::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What `rlx generate` was asked for.
+pub struct GenerateArgs {
+    pub model: Option<PathBuf>,
+    pub prompt: String,
+    pub max_new: usize,
+    pub sampler: SamplerConfig,
+    pub chat: bool,
+    pub system: Option<String>,
+    pub threads: Option<usize>,
+    pub context: usize,
+    pub f32_decode: bool,
+}
+
+/// The model path given, or the default one, which must exist.
+pub fn model_path(given: Option<&Path>) -> Result<PathBuf> {
+    let path = given.map_or_else(rlx::models::default_model_path, Path::to_path_buf);
+    if !path.exists() {
+        let hint = if given.is_none() { " (fetch it with tools/fetch_model.sh)" } else { "" };
+        return Err(Error::io(format!("model {} not found{hint}", path.display())));
+    }
+    Ok(path)
+}
+
+pub fn generate(args: &GenerateArgs) -> Result<()> {
+    let path = model_path(args.model.as_deref())?;
+    let options = LlamaOptions { context: args.context, threads: args.threads, q8_decode: !args.f32_decode };
+    let mut model = Llama::load(&path, &options)?;
+    let text = if args.chat {
+        let template = model.gguf().get("tokenizer.chat_template").and_then(|v| v.as_str()).ok_or_else(|| {
+            Error::input(format!("{} has no chat template (tokenizer.chat_template)", path.display()))
+        })?;
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(Message::new("system", system));
+        }
+        messages.push(Message::new("user", &args.prompt));
+        ChatTemplate::from_jinja(template)?.render(&messages, true)
+    } else {
+        args.prompt.clone()
+    };
+    let prompt = model.tokenizer.encode_prompt(&text, true)?;
+    if prompt.is_empty() {
+        return Err(Error::input("the prompt is empty"));
+    }
+    if !args.chat {
+        print!("{}", args.prompt);
+    }
+    let mut sampler = Sampler::new(args.sampler.clone());
+    let mut stream = TextStream::default();
+    let mut stdout = std::io::stdout();
+    let mut failed = None;
+    let (tokens, stats) = model.generate(&prompt, args.max_new, &mut sampler, true, |tokenizer, id| {
+        if Some(id) == tokenizer.eos {
+            return true;
+        }
+        let written = tokenizer.decode_bytes(&[id]).and_then(|bytes| {
+            let text = stream.push(&bytes);
+            write!(stdout, "{text}").and_then(|_| stdout.flush()).map_err(|e| Error::io(format!("stdout: {e}")))
+        });
+        written.map_err(|e| failed = Some(e)).is_ok()
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    println!("{}", stream.finish());
+    eprintln!();
+    eprintln!(
+        "prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | compile {:.0} ms ({} threads, {} decode)",
+        stats.prompt_tokens,
+        stats.prompt_tokens_per_second(),
+        tokens.len(),
+        stats.generate_tokens_per_second(),
+        stats.compile_seconds * 1e3,
+        args.threads.unwrap_or_else(rlx::runtime::cpu::default_threads),
+        if args.f32_decode { "f32" } else { "q8" }
+    );
+    Ok(())
+}
+
+/// `rlx inspect FILE.gguf`: metadata and tensors.
+pub fn inspect_gguf(path: &Path) -> Result<()> {
+    let g = Gguf::open(path)?;
+    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "{}: GGUF v{}, {} metadata keys, {} tensors, {bytes} bytes, data from byte {} (alignment {})",
+        path.display(),
+        g.version,
+        g.metadata.len(),
+        g.tensors.len(),
+        g.data_offset,
+        g.alignment
+    );
+    println!();
+    println!("metadata:");
+    for (key, value) in &g.metadata {
+        println!("  {key:<44} {}", value.summary());
+    }
+    println!();
+    println!("{:<36} {:<6} {:<16} {:>12} {:>12}", "tensor", "type", "shape", "bytes", "offset");
+    let mut by_scheme: std::collections::BTreeMap<&str, (usize, u64)> = Default::default();
+    for t in &g.tensors {
+        let shape = format!("{:?}", t.shape());
+        println!("{:<36} {:<6} {:<16} {:>12} {:>12}", t.name, t.scheme.name(), shape, t.bytes, t.offset);
+        let e = by_scheme.entry(t.scheme.name()).or_default();
+        e.0 += t.bytes;
+        e.1 += t.numel();
+    }
+    println!();
+    for (scheme, (bytes, elems)) in by_scheme {
+        println!(
+            "{scheme:<6} {elems:>12} values {bytes:>12} bytes ({:.2} bits/value)",
+            bytes as f64 * 8.0 / elems as f64
+        );
+    }
+    Ok(())
+}
+
+/// One measured configuration.
+struct Row {
+    threads: usize,
+    test: String,
+    rlx: f64,
+    anchor: Option<f64>,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Peak and current resident set of this process, KiB (Linux `/proc`; 0 elsewhere).
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(&format!("{field}:")))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+const PP: usize = 512;
+const TG: usize = 128;
+const CONTEXT: usize = 1024;
+const REPS: usize = 3;
+
+/// `rlx bench llm`: pp512 and tg128 at each thread count; with `llama_cpp`, the same on
+/// llama.cpp (built by tools/bench/llama_cpp_env.sh) in the same run.
+pub fn bench_llm(model: Option<&Path>, threads: &[usize], llama_cpp: bool) -> Result<()> {
+    let path = model_path(model)?;
+    let baseline_kib = rss_kib("VmRSS");
+    println!(
+        "rlx bench llm: {} ({} bytes), pp{PP} / tg{TG}, context {CONTEXT}, median of {REPS} after a warm-up",
+        path.display(),
+        std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+    );
+    let mut rows = Vec::new();
+    for &t in threads {
+        let mut m = Llama::load(&path, &LlamaOptions { context: CONTEXT, threads: Some(t), q8_decode: true })?;
+        let vocab = m.config.vocab;
+        // The ids llama_cpp_bench.py uses.
+        let prompt: Vec<TokenId> = (0..PP).map(|i| ((i * 7919) % vocab) as TokenId).collect();
+        let generated: Vec<TokenId> = (0..TG).map(|i| ((i * 104729 + 13) % vocab) as TokenId).collect();
+        let mut pp = || -> Result<f64> {
+            m.reset();
+            let start = Instant::now();
+            m.prefill(&prompt)?;
+            Ok(PP as f64 / start.elapsed().as_secs_f64())
+        };
+        pp()?;
+        let runs = (0..REPS).map(|_| pp()).collect::<Result<Vec<_>>>()?;
+        rows.push(Row { threads: t, test: format!("pp{PP}"), rlx: median(runs), anchor: None });
+        let mut tg = || -> Result<f64> {
+            m.reset();
+            let start = Instant::now();
+            for &id in &generated {
+                m.decode(id)?;
+            }
+            Ok(TG as f64 / start.elapsed().as_secs_f64())
+        };
+        tg()?;
+        let runs = (0..REPS).map(|_| tg()).collect::<Result<Vec<_>>>()?;
+        rows.push(Row { threads: t, test: format!("tg{TG}"), rlx: median(runs), anchor: None });
+    }
+    let peak_kib = rss_kib("VmHWM");
+    let mut anchor_rss = None;
+    let mut engine = String::new();
+    if llama_cpp {
+        let report = run_llama_cpp(&path, threads)?;
+        engine = report["engine"].as_str().unwrap_or("llama.cpp").to_string();
+        for r in report["results"].as_array().into_iter().flatten() {
+            let (t, test) = (r["threads"].as_u64().unwrap_or(0) as usize, r["test"].as_str().unwrap_or(""));
+            if let Some(row) = rows.iter_mut().find(|row| row.threads == t && row.test == test) {
+                row.anchor = r["tokens_per_second"].as_f64();
+            }
+        }
+        anchor_rss =
+            Some((report["peak_rss_kib"].as_u64().unwrap_or(0), report["baseline_rss_kib"].as_u64().unwrap_or(0)));
+    }
+    println!();
+    println!("{:>7}  {:<6} {:>12} {:>16} {:>8}", "threads", "test", "rlx tok/s", "llama.cpp tok/s", "ratio");
+    for r in &rows {
+        let (anchor, ratio) = match r.anchor {
+            Some(a) => (format!("{a:.1}"), format!("{:.2}x", r.rlx / a)),
+            None => ("-".into(), "-".into()),
+        };
+        println!("{:>7}  {:<6} {:>12.1} {:>16} {:>8}", r.threads, r.test, r.rlx, anchor, ratio);
+    }
+    println!();
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!("peak RSS: rlx {:.1} MiB (process before loading: {:.1} MiB)", mib(peak_kib), mib(baseline_kib));
+    if let Some((peak, base)) = anchor_rss {
+        println!(
+            "          llama.cpp {:.1} MiB (python process before loading: {:.1} MiB); rlx / llama.cpp: {:.2}x total, {:.2}x above each baseline",
+            mib(peak),
+            mib(base),
+            peak_kib as f64 / peak as f64,
+            (peak_kib - baseline_kib.min(peak_kib)) as f64 / (peak - base.min(peak)).max(1) as f64
+        );
+        println!("          anchor: {engine}, llama.cpp built for this CPU, same token ids, threads and context");
+    } else {
+        println!("(add --llama-cpp to measure llama.cpp in the same run; its first build takes ~9 minutes)");
+    }
+    Ok(())
+}
+
+/// Runs tools/bench/llama_cpp_bench.py in the cached llama.cpp virtualenv.
+fn run_llama_cpp(model: &Path, threads: &[usize]) -> Result<serde_json::Value> {
+    let dir = std::env::temp_dir().join(format!("rlx-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;
+    let env_script = dir.join("llama_cpp_env.sh");
+    let bench_script = dir.join("llama_cpp_bench.py");
+    let write = |p: &Path, text: &str| std::fs::write(p, text).map_err(|e| Error::io(format!("{}: {e}", p.display())));
+    write(&env_script, include_str!("../../../tools/bench/llama_cpp_env.sh"))?;
+    write(&bench_script, include_str!("../../../tools/bench/llama_cpp_bench.py"))?;
+    eprintln!("preparing llama.cpp (cached virtualenv; the first build takes ~9 minutes)...");
+    let env = std::process::Command::new("bash")
+        .arg(&env_script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| Error::io(format!("bash {}: {e}", env_script.display())))?;
+    if !env.status.success() {
+        return Err(Error::runtime("building llama-cpp-python failed (see above)"));
+    }
+    let python = String::from_utf8_lossy(&env.stdout).trim().to_string();
+    let list: Vec<String> = threads.iter().map(|t| t.to_string()).collect();
+    eprintln!("running llama.cpp...");
+    let out = std::process::Command::new(&python)
+        .arg(&bench_script)
+        .args(["--model", &model.display().to_string(), "--threads", &list.join(",")])
+        .args(["--pp", &PP.to_string(), "--tg", &TG.to_string(), "--ctx", &CONTEXT.to_string()])
+        .args(["--reps", &REPS.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| Error::io(format!("{python}: {e}")))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        return Err(Error::runtime("the llama.cpp benchmark failed (see above)"));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| Error::parse(format!("llama.cpp benchmark output: {e}")))
+}
