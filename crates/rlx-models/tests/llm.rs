@@ -79,6 +79,34 @@ fn tokenizer_matches_huggingface_tokenizers() {
     }
     // Without special-token parsing, "<|im_start|>" is plain text.
     assert!(t.encode("<|im_start|>", false).unwrap().len() > 1);
+    // Random text from many scripts (ASCII, Latin-1, combining marks, CJK, emoji, controls,
+    // whitespace runs) round-trips through encode and decode.
+    let pools = [
+        "abc XYZ 0123 .,;'\"!?",
+        "\t\n\r  \u{a0}\u{2003}",
+        "éüßñçåø",
+        "\u{301}\u{308}\u{64b}",
+        "日本語中文한국어",
+        "🙂🚀👍🏽",
+        "\u{0}\u{1}\u{7f}\u{200b}",
+    ];
+    let chars: Vec<Vec<char>> = pools.iter().map(|p| p.chars().collect()).collect();
+    let mut state = 12345u64;
+    let mut next = |n: usize| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as usize % n
+    };
+    for _ in 0..300 {
+        let len = next(40);
+        let text: String = (0..len)
+            .map(|_| {
+                let pool = &chars[next(chars.len())];
+                pool[next(pool.len())]
+            })
+            .collect();
+        let ids = t.encode(&text, false).unwrap();
+        assert_eq!(t.decode(&ids).unwrap(), text, "round trip of {text:?}");
+    }
 }
 
 #[test]

@@ -36,6 +36,8 @@ pub fn kernel_arms() -> Vec<(&'static str, String)> {
         ("vmath (f32 unary functions)", arm.name().to_string()),
         ("row kernels (softmax, norms, swiglu, bias_gelu)", arm.name().to_string()),
         ("gemm f32/f64", gemm.to_string()),
+        ("quantized matmul, 8-bit activation dots", kernels::quant_matmul::q8_arm_name().to_string()),
+        ("quantized matmul, f32 activations", format!("{} (decode + gemm crate)", arm.name())),
         ("integer matmul, f64 non-gemm ops", "portable loops".to_string()),
         (
             "openblas (bench anchor only)",

@@ -51,7 +51,15 @@ pub fn every_op_graph() -> Graph {
     let cache = g.constant(DType::F32, &[1, 2, 4, 4], &[0.0; 32]).unwrap();
     let p = g.constant_tensor(HostTensor::from_i64(&[], &[1]).unwrap()).unwrap();
     let kva = g.kv_append(cache, ro, p, 2).unwrap();
-    g.set_outputs(&[ce, cat, ex, ga, mp, ap, kva, am]).unwrap();
+    let len = g.constant_tensor(HostTensor::from_i64(&[], &[2]).unwrap()).unwrap();
+    let acl = g.attention(q, kv, kv, AttentionMask::CausalLen(len), Some(0.5)).unwrap();
+    let values: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).cos()).collect();
+    let packed = rlx::ir::quant::quantize(QuantScheme::Q4_1, &values).unwrap();
+    let qw = g.constant_tensor(HostTensor::from_bytes(DType::U8, &[2, 20], packed).unwrap()).unwrap();
+    let row = g.reshape(kva, &[1, 32]).unwrap();
+    let dq = g.dequant_matmul(row, qw, QuantScheme::Q4_1, false).unwrap();
+    let dq8 = g.dequant_matmul(row, qw, QuantScheme::Q4_1, true).unwrap();
+    g.set_outputs(&[ce, cat, ex, ga, mp, ap, kva, am, acl, dq, dq8]).unwrap();
     g
 }
 

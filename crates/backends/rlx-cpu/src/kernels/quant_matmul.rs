@@ -254,6 +254,15 @@ fn dot_kernel(scheme: QuantScheme, arm: Arm) -> (DotFn, bool) {
     }
 }
 
+/// The arm the q8 dot kernels take on this host, for `rlx info`.
+pub fn q8_arm_name() -> &'static str {
+    match dot_kernel(QuantScheme::Q4_1, Arm::best()) {
+        (_, true) => "avx512-vnni (vpdpbusd)",
+        _ if Arm::best() >= Arm::Avx2 && features().f16c => "avx2 (vpmaddubsw)",
+        _ => "portable",
+    }
+}
+
 /// A one-row dot applied to each row.
 fn each_row(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32], dot: fn(QuantScheme, &[u8], &Q8Row) -> f32) {
     let rb = w.len() / out.len().max(1);
