@@ -747,3 +747,15 @@ fn tiled_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn f16_scales_convert_exactly() {
+        for bits in 0..=u16::MAX {
+            let want = half::f16::from_bits(bits).to_f32();
+            let got = super::f16_at(&bits.to_le_bytes(), 0);
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} vs {want}");
+        }
+    }
+}
