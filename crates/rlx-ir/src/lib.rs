@@ -15,8 +15,8 @@ pub mod shape;
 mod tensor;
 
 pub use dtype::{
-    DType, f32_to_bf16, f32_to_f16, f64_to_bf16, f64_to_f16, i64_to_f64_round_to_odd, round_f32_to_dtype,
-    round_f64_to_small_float, round_to_float_dtype,
+    DType, f16_bits_to_f32, f32_to_bf16, f32_to_f16, f64_to_bf16, f64_to_f16, i64_to_f64_round_to_odd,
+    round_f32_to_dtype, round_f64_to_small_float, round_to_float_dtype,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use graph::{Graph, Node, NodeId};

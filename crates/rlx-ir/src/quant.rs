@@ -150,8 +150,9 @@ impl QuantScheme {
     }
 }
 
+#[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+    crate::f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// Decodes `bytes` (whole blocks) into `out` (`blocks * block_size` values).
@@ -171,7 +172,8 @@ pub fn dequantize(scheme: QuantScheme, bytes: &[u8], out: &mut [f32]) -> Result<
     Ok(())
 }
 
-/// One block.
+/// One block. Inlined into kernels' decode loops (where `scheme` is a loop invariant).
+#[inline]
 pub fn dequantize_block(scheme: QuantScheme, b: &[u8], o: &mut [f32]) {
     match scheme {
         QuantScheme::F32 => o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]),

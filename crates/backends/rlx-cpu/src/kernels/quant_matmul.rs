@@ -271,20 +271,9 @@ fn each_row(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32], dot: fn(Q
     }
 }
 
-/// The f16 at byte `at`, converted exactly without a call or a table: the exponent and
-/// mantissa bits shifted into an f32 and scaled by 2^112 (exact for normal and subnormal
-/// halves), infinities and NaNs patched. `half`'s conversion cost ~10 ms per SmolLM2
-/// token in the f32 GEMV (two scales per block of 32).
 #[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    let h = u16::from_le_bytes([b[at], b[at + 1]]) as u32;
-    let magnitude = (h & 0x7FFF) << 13;
-    let v = if h & 0x7C00 == 0x7C00 {
-        f32::from_bits(magnitude | 0x7F80_0000)
-    } else {
-        f32::from_bits(magnitude) * f32::from_bits(0x7780_0000)
-    };
-    f32::from_bits(v.to_bits() | ((h & 0x8000) << 16))
+    rlx_ir::f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// Integer dot of one block of 4-bit weights (16 bytes, low nibbles first) with its
@@ -638,7 +627,7 @@ fn gemv_rows_const<const M: usize>(scheme: QuantScheme, k: usize, rows: &[u8], x
                 continue;
             }
             let vals = &mut buf[..bs];
-            decode_block(scheme, wb, vals);
+            dequantize_block(scheme, wb, vals);
             for (i, lanes) in lanes.iter_mut().enumerate() {
                 let xs = &x[i * k + c * bs..][..bs];
                 for (e, (&v, &xv)) in vals.iter().zip(xs).enumerate() {
@@ -682,43 +671,12 @@ fn gemv_rows(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
     })
 }
 
-/// One block decoded, with the 32-element formats written as plain loops (so they
-/// vectorize inside each arm) and the rest through `rlx_ir::quant`. The values are
-/// exactly `rlx_ir::quant::dequantize_block`'s (same f32 operations, no contraction).
-#[inline(always)]
-fn decode_block(scheme: QuantScheme, wb: &[u8], o: &mut [f32]) {
-    match scheme {
-        QuantScheme::Q4_0 => {
-            let d = f16_at(wb, 0);
-            for j in 0..16 {
-                o[j] = d * ((wb[2 + j] & 0xF) as i32 - 8) as f32;
-                o[j + 16] = d * ((wb[2 + j] >> 4) as i32 - 8) as f32;
-            }
-        }
-        QuantScheme::Q4_1 => {
-            let (d, m) = (f16_at(wb, 0), f16_at(wb, 2));
-            for j in 0..16 {
-                o[j] = d * (wb[4 + j] & 0xF) as f32 + m;
-                o[j + 16] = d * (wb[4 + j] >> 4) as f32 + m;
-            }
-        }
-        QuantScheme::Q8_0 => {
-            let d = f16_at(wb, 0);
-            for j in 0..32 {
-                o[j] = d * (wb[2 + j] as i8) as f32;
-            }
-        }
-        QuantScheme::F32 => o[0] = f32::from_le_bytes([wb[0], wb[1], wb[2], wb[3]]),
-        _ => dequantize_block(scheme, wb, o),
-    }
-}
-
 multiversion! {
     /// Decodes whole weight rows into f32 rows of `k`.
     fn decode_rows(scheme: QuantScheme, k: usize, rows: &[u8], out: &mut [f32]) {
         let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
         for (wb, o) in rows.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
-            decode_block(scheme, wb, o);
+            dequantize_block(scheme, wb, o);
         }
         let _ = k;
     }
@@ -746,16 +704,4 @@ fn tiled_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32
             f32::gemm(m, k, rows, x, (k, 1), dst, (1, k), &mut out[j0..], n, threads);
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn f16_scales_convert_exactly() {
-        for bits in 0..=u16::MAX {
-            let want = half::f16::from_bits(bits).to_f32();
-            let got = super::f16_at(&bits.to_le_bytes(), 0);
-            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} vs {want}");
-        }
-    }
 }
