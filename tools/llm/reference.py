@@ -417,6 +417,13 @@ TOKENIZER_CASES = [
     "",
     " ",
     "a",
+    # Pre-tokenizer corners (review): CR LF, no-break and ideographic spaces before words,
+    # a space run before a digit, contractions after a space / a digit, newline + digit.
+    "line1\r\nline2\r\n",
+    "x\u00a0word \u3000word",
+    "a  1 and  22",
+    " 's 1's \n1",
+    "=" * 300,
 ]
 
 

@@ -54,7 +54,7 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
     if !args.chat {
         print!("{}", args.prompt);
     }
-    let mut sampler = Sampler::new(args.sampler.clone());
+    let mut sampler = Sampler::new(args.sampler.clone())?;
     let mut stream = TextStream::default();
     let mut stdout = std::io::stdout();
     let mut failed = None;

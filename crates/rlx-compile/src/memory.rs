@@ -77,7 +77,7 @@ pub struct MemoryPlan {
     /// Bytes the arena needs.
     pub arena_bytes: usize,
     /// Per param (in `Schedule::params` order), the bytes of its own buffer when params
-    /// live outside the arena (0 for a param nothing reads); empty otherwise.
+    /// live outside the arena; empty otherwise.
     pub param_bytes: Vec<usize>,
     /// Bytes every storage would take side by side (the plan without reuse).
     pub unshared_bytes: usize,
@@ -188,9 +188,6 @@ pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool, params_o
             }
             continue;
         }
-        if !reuse {
-            continue;
-        }
         let out = step.outputs[0];
         for k in in_place_operand(s, i) {
             let v = step.inputs[k];
@@ -205,7 +202,9 @@ pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool, params_o
                 && is_param(v)
                 && matches!(&step.kernel, Kernel::Op(Op::KvAppend { .. }))
                 && readers[v] == 1;
-            if (dead_here || param_state) && whole && fits && !s.is_output(v) {
+            // Reusing a dead input is an optimization (off without `reuse`); updating a
+            // param cache in place is what makes it state, so it happens regardless.
+            if ((reuse && dead_here) || param_state) && whole && fits && !s.is_output(v) {
                 storage[out] = r;
                 if let (Some(a), Some(b)) = (storage_iv[r], iv[out]) {
                     storage_iv[r] = Some((a.0.min(b.0), a.1.max(b.1)));
@@ -283,6 +282,19 @@ pub fn check_plan(s: &Schedule, plan: &MemoryPlan) -> Result<()> {
         };
         if slot.offset + slot.bytes > end {
             return Err(Error::internal(format!("plan: {} ends past {place}", s.describe(v))));
+        }
+    }
+    // A param written in place is read by the writing step alone: anything else reading
+    // it would see the update mid-run.
+    for &(step, v) in &plan.in_place {
+        if matches!(s.values[v].kind, ValueKind::Param { .. }) {
+            let readers = s.steps.iter().filter(|st| st.inputs.contains(&v)).count();
+            if readers != 1 || s.steps[step].inputs.iter().filter(|&&x| x == v).count() != 1 {
+                return Err(Error::internal(format!(
+                    "plan: {} is updated in place but has other readers",
+                    s.describe(v)
+                )));
+            }
         }
     }
     // Param buffers hold one storage each (the param, its views, its in-place cache).

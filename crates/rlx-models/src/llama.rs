@@ -54,12 +54,16 @@ impl LlamaConfig {
         let d_model = meta_usize(g, "llama.embedding_length")?;
         let n_head = meta_usize(g, "llama.attention.head_count")?;
         let n_kv_head = g.get("llama.attention.head_count_kv").and_then(Value::as_u64).map_or(n_head, |v| v as usize);
-        if n_head == 0 || n_kv_head == 0 || !d_model.is_multiple_of(n_head) || !n_head.is_multiple_of(n_kv_head) {
-            return Err(Error::parse(format!(
-                "gguf: {n_head} heads / {n_kv_head} kv heads do not divide embedding length {d_model}"
-            )));
+        if n_head == 0 || n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) {
+            return Err(Error::parse(format!("gguf: {n_head} heads do not split into groups of {n_kv_head} kv heads")));
         }
-        let head_dim = d_model / n_head;
+        // Heads are usually d_model / n_head wide; a file can say otherwise.
+        let head_dim =
+            g.get("llama.attention.key_length").and_then(Value::as_u64).map_or(d_model / n_head, |v| v as usize);
+        let value_dim = g.get("llama.attention.value_length").and_then(Value::as_u64).map_or(head_dim, |v| v as usize);
+        if value_dim != head_dim {
+            return Err(Error::unsupported(format!("key_length {head_dim} != value_length {value_dim}")));
+        }
         let vocab = match g.get("llama.vocab_size").and_then(Value::as_u64) {
             Some(v) => v as usize,
             None => g.require("tokenizer.ggml.tokens")?.as_array().map_or(0, |a| a.len()),
@@ -192,17 +196,17 @@ impl Llama {
         let borrow = |t: &TensorInfo, dtype: DType, dims: &[usize]| {
             ParamBuffer::from_bytes(dtype, dims, bytes.clone(), gguf.tensor_range(t)).map_err(|e| e.context(&t.name))
         };
-        let (h, kv, ff) = (c.d_model, c.n_kv_head * c.head_dim, c.d_ff);
+        let (h, q, kv, ff) = (c.d_model, c.n_head * c.head_dim, c.n_kv_head * c.head_dim, c.d_ff);
         let mut weights = HashMap::new();
         let mut norms = HashMap::new();
         let output_name = if gguf.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" };
         let mut projections = vec![(output_name.to_string(), c.vocab, h)];
         for l in 0..c.n_layer {
             for (part, rows, cols) in [
-                ("attn_q", h, h),
+                ("attn_q", q, h),
                 ("attn_k", kv, h),
                 ("attn_v", kv, h),
-                ("attn_output", h, h),
+                ("attn_output", h, q),
                 ("ffn_gate", ff, h),
                 ("ffn_up", ff, h),
                 ("ffn_down", h, ff),
@@ -324,7 +328,7 @@ impl Llama {
             let vc = g.kv_append(cv, v, pos, 2)?;
             let a = g.attention(q, kc, vc, AttentionMask::CausalLen(len), None)?;
             let a = g.transpose(a, &[0, 2, 1, 3])?;
-            let a = g.reshape(a, &[1, n, h])?;
+            let a = g.reshape(a, &[1, n, nh * hd])?;
             let o = proj(&mut g, a, &p("attn_output"))?;
             x = g.add(x, o)?;
             let hn = norm(&mut g, x, &p("ffn_norm"))?;
@@ -359,8 +363,13 @@ impl Llama {
             compiled.bind_param(name, buffer)?;
         }
         for (l, (k, v)) in self.caches.iter().enumerate() {
-            compiled.bind_param(&format!("cache_k.{l}"), k)?;
-            compiled.bind_param(&format!("cache_v.{l}"), v)?;
+            for (name, buffer) in [(format!("cache_k.{l}"), k), (format!("cache_v.{l}"), v)] {
+                compiled.bind_param(&name, buffer)?;
+                // The cache persists only if the graph appends to it in place.
+                if !compiled.updates_in_place(&name)? {
+                    return Err(Error::internal(format!("{name} is not updated in place: the KV cache would be lost")));
+                }
+            }
         }
         self.compile_seconds += start.elapsed().as_secs_f64();
         Ok(compiled)
@@ -446,7 +455,9 @@ impl Llama {
 
     /// Prefills `prompt`, then samples up to `max_new` tokens, calling `on_token` with the
     /// tokenizer and each token as it comes (return false to stop). Stops at the
-    /// end-of-sequence token when `stop_at_eos`.
+    /// end-of-sequence token when `stop_at_eos`, and when the cache is full. The last
+    /// token returned is not in the cache yet: a conversation continues by prefilling it
+    /// with the next turn.
     pub fn generate(
         &mut self,
         prompt: &[TokenId],
@@ -458,6 +469,9 @@ impl Llama {
         let mut stats = GenerateStats { prompt_tokens: prompt.len(), ..Default::default() };
         let mut history = prompt.to_vec();
         let mut out = Vec::new();
+        if prompt.is_empty() {
+            return Err(Error::input("generate needs at least one prompt token"));
+        }
         if max_new == 0 {
             return Ok((out, stats));
         }
@@ -469,11 +483,13 @@ impl Llama {
         stats.prompt_seconds = start.elapsed().as_secs_f64();
         let start = Instant::now();
         loop {
-            let next = sampler.sample(&logits, &history);
+            let next = sampler.sample(&logits, &history)?;
             out.push(next);
             history.push(next);
             let eos = stop_at_eos && Some(next) == self.tokenizer.eos;
-            if !on_token(&self.tokenizer, next) || eos || out.len() == max_new {
+            // A full cache ends generation like the token limit does.
+            let full = self.pos >= self.context;
+            if !on_token(&self.tokenizer, next) || eos || out.len() == max_new || full {
                 break;
             }
             logits = self.decode(next)?;

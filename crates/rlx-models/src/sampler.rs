@@ -6,6 +6,7 @@
 //! multiplied), temperature, top-k, softmax, top-p, and a draw.
 
 use crate::tokenizer::TokenId;
+use rlx_ir::{Error, Result};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
@@ -34,9 +35,19 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub fn new(config: SamplerConfig) -> Sampler {
+    /// A sampler; a temperature that is NaN, a top-p outside (0, 1] or a penalty that is
+    /// not a positive number is an error.
+    pub fn new(config: SamplerConfig) -> Result<Sampler> {
+        let c = &config;
+        let valid = !c.temperature.is_nan() && (c.top_p > 0.0 && c.top_p <= 1.0) && c.repetition_penalty > 0.0;
+        if !valid {
+            return Err(Error::input(format!(
+                "sampler: temperature {} must be a number, top-p {} in (0, 1], repetition penalty {} > 0",
+                c.temperature, c.top_p, c.repetition_penalty
+            )));
+        }
         let state = config.seed ^ 0x9E37_79B9_7F4A_7C15;
-        Sampler { config, state, candidates: Vec::new() }
+        Ok(Sampler { config, state, candidates: Vec::new() })
     }
 
     pub fn config(&self) -> &SamplerConfig {
@@ -52,8 +63,13 @@ impl Sampler {
         ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// The next token after `history` (the ids so far, prompt included).
-    pub fn sample(&mut self, logits: &[f32], history: &[TokenId]) -> TokenId {
+    /// The next token after `history` (the ids so far, prompt included). NaN logits are
+    /// never chosen; a `+inf` logit is chosen for certain. All-NaN (or no) logits are an
+    /// error.
+    pub fn sample(&mut self, logits: &[f32], history: &[TokenId]) -> Result<TokenId> {
+        if logits.iter().all(|l| l.is_nan()) {
+            return Err(Error::input(format!("sampler: no logit to choose from ({} given, all NaN)", logits.len())));
+        }
         let c = &self.config;
         let penalized = |id: usize| {
             c.repetition_penalty != 1.0
@@ -68,16 +84,19 @@ impl Sampler {
                 l * c.repetition_penalty
             }
         };
-        if c.temperature <= 0.0 {
-            // NaN logits never win.
-            let mut best = (f32::NEG_INFINITY, 0 as TokenId);
+        let greedy = || {
+            // The first maximum; NaN never wins.
+            let mut best: Option<(f32, TokenId)> = None;
             for (id, &l) in logits.iter().enumerate() {
                 let l = adjusted(id, l);
-                if l > best.0 {
-                    best = (l, id as TokenId);
+                if !l.is_nan() && best.is_none_or(|(b, _)| l > b) {
+                    best = Some((l, id as TokenId));
                 }
             }
-            return best.1;
+            best.map_or(0, |(_, id)| id)
+        };
+        if c.temperature <= 0.0 {
+            return Ok(greedy());
         }
         let (top_k, temperature, top_p) = (c.top_k, c.temperature, c.top_p);
         let mut cand = std::mem::take(&mut self.candidates);
@@ -91,7 +110,12 @@ impl Sampler {
             cand.truncate(top_k);
         }
         cand.sort_unstable_by(by_logit);
-        let Some(&(max, first)) = cand.first() else { return 0 };
+        let Some(&(max, first)) = cand.first() else { return Ok(greedy()) };
+        if !max.is_finite() {
+            // +inf: certain; all -inf: nothing to weigh, take the first.
+            self.candidates = cand;
+            return Ok(first);
+        }
         let mut probs: Vec<f64> = cand.iter().map(|&(l, _)| (((l - max) / temperature) as f64).exp()).collect();
         let total: f64 = probs.iter().sum();
         let mut keep = probs.len();
@@ -117,6 +141,6 @@ impl Sampler {
             r -= p;
         }
         self.candidates = cand;
-        pick
+        Ok(pick)
     }
 }

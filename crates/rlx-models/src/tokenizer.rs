@@ -222,19 +222,40 @@ impl Tokenizer {
             })?;
             syms.push(id);
         }
-        // Merge the lowest-ranked adjacent pair until none applies (words are short:
-        // the quadratic scan is cheaper than a heap here).
-        loop {
-            let best = syms
-                .windows(2)
-                .enumerate()
-                .filter_map(|(i, w)| self.merges.get(&(w[0], w[1])).map(|&(rank, id)| (rank, i, id)))
-                .min();
-            let Some((_, i, id)) = best else { break };
-            syms[i] = id;
-            syms.remove(i + 1);
+        // Merge the lowest-ranked adjacent pair (leftmost among equals) until none
+        // applies: symbols in a linked list, candidate pairs in a min-heap checked when
+        // popped, O(n log n) (a quadratic scan hung on 100k-character runs).
+        let n = syms.len();
+        let mut next: Vec<usize> = (1..=n).collect();
+        let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
+        let mut alive = vec![true; n];
+        let mut heap = std::collections::BinaryHeap::new();
+        let push = |heap: &mut std::collections::BinaryHeap<_>, syms: &[TokenId], l: usize, r: usize| {
+            if let Some(&(rank, merged)) = self.merges.get(&(syms[l], syms[r])) {
+                heap.push(std::cmp::Reverse((rank, l, syms[l], syms[r], merged)));
+            }
+        };
+        for i in 0..n.saturating_sub(1) {
+            push(&mut heap, &syms, i, i + 1);
         }
-        out.extend(syms);
+        while let Some(std::cmp::Reverse((_, l, left, right, merged))) = heap.pop() {
+            let r = next[l];
+            // Stale: either side merged since this pair was queued.
+            if !alive[l] || r >= n || syms[l] != left || syms[r] != right {
+                continue;
+            }
+            syms[l] = merged;
+            alive[r] = false;
+            next[l] = next[r];
+            if next[l] < n {
+                prev[next[l]] = l;
+                push(&mut heap, &syms, l, next[l]);
+            }
+            if prev[l] < n {
+                push(&mut heap, &syms, prev[l], l);
+            }
+        }
+        out.extend((0..n).filter(|&i| alive[i]).map(|i| syms[i]));
         Ok(())
     }
 

@@ -26,6 +26,9 @@ fn pre_tokenizer_follows_the_gpt2_pattern() {
         ("日本語のテキスト", &["日本語のテキスト"]),
         ("emoji 🙂🙂!", &["emoji", " 🙂🙂!"]),
         ("tab\there", &["tab", "\t", "here"]),
+        // Only U+0020 prefixes a word; CR LF and other spaces stand alone.
+        ("line1\r\nline2", &["line", "1", "\r", "\n", "line", "2"]),
+        ("x\u{a0}word \u{3000}w", &["x", "\u{a0}", "word", " ", "\u{3000}", "w"]),
         ("", &[]),
     ];
     for (text, want) in cases {
@@ -86,21 +89,21 @@ fn chatml_template_renders_like_its_jinja() {
 
 #[test]
 fn greedy_takes_the_first_maximum_and_skips_nan() {
-    let mut s = Sampler::new(SamplerConfig::default());
-    assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0], &[]), 1);
-    assert_eq!(s.sample(&[f32::NAN, 0.5, 0.2], &[]), 1);
+    let mut s = Sampler::new(SamplerConfig::default()).unwrap();
+    assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0], &[]).unwrap(), 1);
+    assert_eq!(s.sample(&[f32::NAN, 0.5, 0.2], &[]).unwrap(), 1);
 }
 
 #[test]
 fn repetition_penalty_demotes_seen_tokens() {
     let config = SamplerConfig { repetition_penalty: 2.0, ..SamplerConfig::default() };
-    let mut s = Sampler::new(config);
+    let mut s = Sampler::new(config).unwrap();
     // 2.0 / 2 = 1.0 < 1.5: the repeated token loses; a negative logit is pushed down.
-    assert_eq!(s.sample(&[2.0, 1.5], &[0]), 1);
-    assert_eq!(s.sample(&[-0.1, -0.15], &[0]), 1);
+    assert_eq!(s.sample(&[2.0, 1.5], &[0]).unwrap(), 1);
+    assert_eq!(s.sample(&[-0.1, -0.15], &[0]).unwrap(), 1);
     // Outside the window it is not penalized.
     let config = SamplerConfig { repetition_penalty: 2.0, penalty_window: 1, ..SamplerConfig::default() };
-    assert_eq!(Sampler::new(config).sample(&[2.0, 1.5], &[0, 1]), 0);
+    assert_eq!(Sampler::new(config).unwrap().sample(&[2.0, 1.5], &[0, 1]).unwrap(), 0);
 }
 
 #[test]
@@ -108,8 +111,8 @@ fn sampling_is_seeded_and_follows_the_distribution() {
     let logits = [1.0f32, 2.0, 0.0, 1.5];
     let draw = |seed: u64, n: usize| {
         let config = SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, seed, ..SamplerConfig::default() };
-        let mut s = Sampler::new(config);
-        (0..n).map(|_| s.sample(&logits, &[])).collect::<Vec<_>>()
+        let mut s = Sampler::new(config).unwrap();
+        (0..n).map(|_| s.sample(&logits, &[]).unwrap()).collect::<Vec<_>>()
     };
     assert_eq!(draw(7, 50), draw(7, 50));
     assert_ne!(draw(7, 50), draw(8, 50));
@@ -128,14 +131,38 @@ fn sampling_is_seeded_and_follows_the_distribution() {
 }
 
 #[test]
+fn non_finite_logits_and_bad_settings() {
+    let hot = SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, ..SamplerConfig::default() };
+    for seed in 0..20 {
+        let config = SamplerConfig { seed, ..hot.clone() };
+        // +inf is certain; NaN never chosen; all -inf picks the first.
+        assert_eq!(Sampler::new(config.clone()).unwrap().sample(&[1.0, f32::INFINITY, f32::NAN], &[]).unwrap(), 1);
+        assert_eq!(Sampler::new(config.clone()).unwrap().sample(&[f32::NAN, 0.5], &[]).unwrap(), 1);
+        assert_eq!(Sampler::new(config).unwrap().sample(&[f32::NEG_INFINITY; 3], &[]).unwrap(), 0);
+    }
+    let mut greedy = Sampler::new(SamplerConfig::default()).unwrap();
+    assert_eq!(greedy.sample(&[f32::NEG_INFINITY, f32::NEG_INFINITY], &[]).unwrap(), 0);
+    assert!(greedy.sample(&[f32::NAN, f32::NAN], &[]).is_err());
+    assert!(greedy.sample(&[], &[]).is_err());
+    for bad in [
+        SamplerConfig { temperature: f32::NAN, ..SamplerConfig::default() },
+        SamplerConfig { top_p: 0.0, ..SamplerConfig::default() },
+        SamplerConfig { top_p: 1.5, ..SamplerConfig::default() },
+        SamplerConfig { repetition_penalty: 0.0, ..SamplerConfig::default() },
+    ] {
+        assert!(Sampler::new(bad).is_err());
+    }
+}
+
+#[test]
 fn top_k_and_top_p_cut_the_tail() {
     let logits = [3.0f32, 2.9, -5.0, -6.0];
     for seed in 0..200 {
         let k1 = SamplerConfig { temperature: 1.0, top_k: 1, seed, ..SamplerConfig::default() };
-        assert_eq!(Sampler::new(k1).sample(&logits, &[]), 0);
+        assert_eq!(Sampler::new(k1).unwrap().sample(&logits, &[]).unwrap(), 0);
         // p(0) + p(1) > 0.999: with top_p 0.99 the two unlikely tokens never come.
         let p = SamplerConfig { temperature: 1.0, top_k: 0, top_p: 0.99, seed, ..SamplerConfig::default() };
-        assert!(Sampler::new(p).sample(&logits, &[]) < 2);
+        assert!(Sampler::new(p).unwrap().sample(&logits, &[]).unwrap() < 2);
     }
 }
 

@@ -133,6 +133,12 @@ impl CompiledGraph {
         self.executable.bind_param(i, buffer.clone())
     }
 
+    /// Whether each run writes param `name`'s buffer in place: a `kv_append` whose cache is
+    /// the param and its only reader, so the buffer carries the cache from run to run.
+    pub fn updates_in_place(&self, name: &str) -> Result<bool> {
+        Ok(self.executable.updates_in_place(self.param_slot(name)?))
+    }
+
     /// f32 values converted (never reinterpreted) to each input's declared dtype;
     /// one Vec<f32> per graph output, converted from the output's dtype.
     pub fn run(&mut self, inputs: &[(&str, &[f32])]) -> Result<Vec<Vec<f32>>> {

@@ -7,8 +7,9 @@
 //!   `rlx_compile::memory`).
 //!
 //! A buffer is either owned (zeroed on creation, writable) or borrowed bytes (read-only).
-//! Programs writing a shared owned buffer hold its lock for the whole run, so two
-//! programs sharing a cache cannot run at once: the second gets an `Err`, not a race.
+//! A program holds the lock of every owned buffer it uses for the whole run, and host
+//! reads and writes take it too, so two programs sharing a cache cannot run at once: the
+//! second gets an `Err`, not a race.
 
 use crate::arena::{Arena, BufPtr, read_host, write_host};
 use crate::buffer::Class;
@@ -134,10 +135,11 @@ impl ParamBuffer {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Locks the buffer when someone else may write it (an owned buffer held by more than
-    /// one handle); `None` when nobody else can touch it or it is read-only.
-    pub(crate) fn lock_if_shared(&self, name: &str) -> Result<Option<MutexGuard<'_, ()>>> {
-        if self.is_borrowed() || Arc::strong_count(&self.0) == 1 {
+    /// Locks an owned buffer (writable, so anyone holding it might write it); `None` for
+    /// borrowed bytes, which nobody writes. A busy buffer is an error, not a wait: two
+    /// programs sharing it run one at a time, and neither blocks the other forever.
+    pub(crate) fn lock(&self, name: &str) -> Result<Option<MutexGuard<'_, ()>>> {
+        if self.is_borrowed() {
             return Ok(None);
         }
         match self.0.lock.try_lock() {
@@ -162,17 +164,18 @@ impl ParamBuffer {
         if self.is_borrowed() {
             return Err(Error::input("a buffer borrowing outside bytes is read-only"));
         }
-        let _guard = self.lock_if_shared("(host write)")?;
-        // SAFETY: an owned buffer of `bytes` bytes; writers of a shared buffer hold its
-        // lock (taken above), and an unshared one is reachable only through `self`.
+        let _guard = self.lock("(host write)")?;
+        // SAFETY: an owned buffer of `bytes` bytes; every writer holds its lock (taken
+        // above).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.0.start.0, self.0.bytes) };
         write_host(dst, self.0.class, t)
     }
 
     /// The tensor the buffer holds.
     pub fn read(&self) -> Result<HostTensor> {
-        let _guard = self.lock_if_shared("(host read)")?;
-        // SAFETY: `bytes` bytes from `start`, not written while the lock (if shared) is held.
+        let _guard = self.lock("(host read)")?;
+        // SAFETY: `bytes` bytes from `start`, not written while the lock is held (borrowed
+        // bytes are never written).
         let src = unsafe { std::slice::from_raw_parts(self.0.start.0, self.0.bytes) };
         read_host(src, self.0.class, self.0.dtype, &self.0.dims)
     }

@@ -92,7 +92,7 @@ pub struct CpuProgram {
     inputs: Vec<Leaf>,
     params: Vec<Leaf>,
     param_set: Vec<bool>,
-    /// Per param, its buffer (`None` for a param nothing reads).
+    /// Per param, its buffer (`None` until it is set or bound).
     param_buffers: Vec<Option<ParamBuffer>>,
     /// Per param, whether a step writes its buffer (a kv_append cache updated in place).
     param_written: Vec<bool>,
@@ -251,6 +251,11 @@ impl CpuProgram {
         self.param_buffers.get(index).cloned().flatten()
     }
 
+    /// Whether a step writes param `index`'s buffer in place (a KV cache kept across runs).
+    pub fn updates_in_place(&self, index: usize) -> bool {
+        self.param_written.get(index).copied().unwrap_or(false)
+    }
+
     /// Makes param `index` use `buffer` (same dtype and dims), without copying it.
     pub fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
@@ -272,6 +277,18 @@ impl CpuProgram {
             && (slot.class != buffer.class() || slot.bytes() != buffer.byte_len())
         {
             return Err(Error::internal(format!("param '{}': buffer storage differs from its slot", leaf.name)));
+        }
+        // A cache written in place must not alias another param the program reads.
+        for (j, other) in self.param_buffers.iter().enumerate() {
+            if j != index
+                && other.as_ref().is_some_and(|o| o.same_as(&buffer))
+                && (self.param_written[index] || self.param_written[j])
+            {
+                return Err(Error::input(format!(
+                    "params '{}' and '{}' cannot share a buffer: the program writes one of them in place",
+                    leaf.name, self.params[j].name
+                )));
+            }
         }
         if leaf.slot.is_some() {
             self.install(index, buffer);
@@ -304,12 +321,15 @@ impl CpuProgram {
                 write_host(self.arena.slot_bytes_mut(slot)?, slot.class, value)?;
             }
         }
-        // Shared writable buffers stay locked for the run (and for reading the outputs).
+        // Owned buffers stay locked for the run (and for reading the outputs); a buffer
+        // bound to several params is locked once.
         let mut guards = Vec::new();
-        for (leaf, buffer) in self.params.iter().zip(&self.param_buffers) {
-            if let Some(b) = buffer
-                && let Some(g) = b.lock_if_shared(&leaf.name)?
-            {
+        for (i, (leaf, buffer)) in self.params.iter().zip(&self.param_buffers).enumerate() {
+            let Some(b) = buffer else { continue };
+            if self.param_buffers[..i].iter().flatten().any(|earlier| earlier.same_as(b)) {
+                continue;
+            }
+            if let Some(g) = b.lock(&leaf.name)? {
                 guards.push(g);
             }
         }

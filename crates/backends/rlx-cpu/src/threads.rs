@@ -75,17 +75,26 @@ thread_local! {
 
 /// Runs `f` with `len` elements of per-thread scratch holding stale values (callers write
 /// before they read). The buffer grows to the largest request a worker has seen and is
-/// then reused: steady-state runs allocate nothing.
+/// then reused: steady-state runs allocate nothing. The buffer is taken out of the thread's
+/// slot while `f` runs, so `f` may run parallel work during which this worker picks up
+/// another job that asks for scratch too: that nested call gets a fresh buffer instead
+/// of a `RefCell` borrow panic.
 pub fn with_scratch<T: crate::buffer::Elem, R>(len: usize, f: impl FnOnce(&mut [T]) -> R) -> R {
+    let mut words = SCRATCH.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
+    let need = (len * std::mem::size_of::<T>()).div_ceil(8);
+    if words.len() < need {
+        words.resize(need, 0);
+    }
+    // SAFETY: u64 storage is 8-aligned (enough for every Elem type), holds at least
+    // len * size_of::<T>() bytes, and every bit pattern is a valid f32/f64/integer.
+    let slice = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<T>(), len) };
+    let result = f(slice);
     SCRATCH.with(|cell| {
-        let mut words = cell.borrow_mut();
-        let need = (len * std::mem::size_of::<T>()).div_ceil(8);
-        if words.len() < need {
-            words.resize(need, 0);
+        let mut slot = cell.borrow_mut();
+        // Keep the larger of the returned buffer and one a nested call left behind.
+        if slot.len() < words.len() {
+            *slot = words;
         }
-        // SAFETY: u64 storage is 8-aligned (enough for every Elem type), holds at least
-        // len * size_of::<T>() bytes, and every bit pattern is a valid f32/f64/integer.
-        let slice = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<T>(), len) };
-        f(slice)
-    })
+    });
+    result
 }

@@ -37,6 +37,10 @@ impl Executable for CpuProgram {
         CpuProgram::bind_param(self, index, buffer)
     }
 
+    fn updates_in_place(&self, index: usize) -> bool {
+        CpuProgram::updates_in_place(self, index)
+    }
+
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         CpuProgram::run(self, inputs)
     }

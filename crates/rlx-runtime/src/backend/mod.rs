@@ -24,6 +24,8 @@ pub trait Executable: Send {
     fn param_buffer(&self, index: usize) -> Result<Option<ParamBuffer>>;
     /// Uses `buffer` for param `index` (dtype and dims already equal the param's).
     fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()>;
+    /// Whether a run writes param `index`'s buffer in place (a KV cache: state).
+    fn updates_in_place(&self, index: usize) -> bool;
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
     /// Bytes of device memory the compiled graph holds for its tensors.
     fn arena_bytes(&self) -> usize;

@@ -147,8 +147,7 @@ fn binding_errors_name_the_param_and_types() {
 #[test]
 fn programs_sharing_a_cache_run_one_at_a_time() {
     // Two graphs on one cache, each stepping from its own thread: a run either succeeds or
-    // reports the other program holding the buffer (then the step is retried); no run
-    // sees a torn cache.
+    // reports the other program holding the buffer (then the step is retried).
     let mut a = compile(&step_graph(1, 64));
     a.set_param("cache_k", &[0.25; 64 * D]).unwrap();
     a.set_param("cache_v", &[0.25; 64 * D]).unwrap();
@@ -181,4 +180,50 @@ fn programs_sharing_a_cache_run_one_at_a_time() {
     let (ha, hb) = (worker(a), worker(b));
     let busy = ha.join().unwrap() + hb.join().unwrap();
     eprintln!("{busy} runs found the cache busy");
+}
+
+#[test]
+fn a_cache_is_state_whatever_the_memory_options() {
+    // In-place appends into a param are semantics, not an optimization: with buffer reuse
+    // off the cache still persists.
+    let options = CompileOptions::default().with_memory_reuse(false).with_fusion(false);
+    let mut c = Session::new(Device::Cpu).unwrap().compile_with(&step_graph(1, 4), &options).unwrap();
+    assert!(c.updates_in_place("cache_k").unwrap() && c.updates_in_place("cache_v").unwrap());
+    c.set_param("cache_k", &[0.0; 4 * D]).unwrap();
+    c.set_param("cache_v", &[0.0; 4 * D]).unwrap();
+    let row = [1.0f32, 2.0, 3.0, 4.0];
+    run_step(&mut c, &row, &row, &row, 0);
+    let cache = c.param_buffer("cache_v").unwrap().unwrap().read().unwrap().to_f32_vec();
+    assert_eq!(&cache[..D], &row);
+}
+
+#[test]
+fn a_cache_with_another_reader_is_not_state() {
+    // A second reader of the cache param would see it change mid-run, so the append
+    // copies instead: the graph stays a pure function and says so.
+    let mut g = step_graph(1, 4);
+    let ck = g.params()[0];
+    let total = g.reduce(ReduceOp::Sum, ck, &[0, 1, 2, 3], false).unwrap();
+    let mut outputs = g.outputs().to_vec();
+    outputs.push(total);
+    g.set_outputs(&outputs).unwrap();
+    let mut c = compile(&g);
+    assert!(!c.updates_in_place("cache_k").unwrap());
+    assert!(c.updates_in_place("cache_v").unwrap());
+    c.set_param("cache_k", &[0.0; 4 * D]).unwrap();
+    c.set_param("cache_v", &[0.0; 4 * D]).unwrap();
+    let row = [1.0f32; D];
+    let pos = [0.0f32];
+    c.run(&[("q", &row), ("k", &row), ("v", &row), ("pos", &pos)]).unwrap();
+    let cache = c.param_buffer("cache_k").unwrap().unwrap().read().unwrap().to_f32_vec();
+    assert!(cache.iter().all(|&x| x == 0.0), "cache_k changed: {cache:?}");
+}
+
+#[test]
+fn a_written_cache_cannot_alias_another_param() {
+    let mut c = compile(&step_graph(1, 4));
+    c.set_param("cache_k", &[0.0; 4 * D]).unwrap();
+    let shared = c.param_buffer("cache_k").unwrap().unwrap();
+    let e = c.bind_param("cache_v", &shared).unwrap_err();
+    assert!(e.message().contains("cache_v") && e.message().contains("cache_k"), "{e}");
 }

@@ -28,8 +28,15 @@ fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, len: Optio
                 let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
                 let z: f64 = e.iter().sum();
+                // Keys past the causal limit or the filled length are not read at all.
+                let visible = |j: usize| j < filled && !(causal && j + sq > i + filled);
                 for t in 0..dv {
-                    out.push((0..skv).map(|j| e[j] / z * v.values[ravel(&[bi, kh, j, t], &v.dims)]).sum());
+                    out.push(
+                        (0..skv)
+                            .filter(|&j| visible(j))
+                            .map(|j| e[j] / z * v.values[ravel(&[bi, kh, j, t], &v.dims)])
+                            .sum(),
+                    );
                 }
             }
         }
@@ -159,4 +166,19 @@ fn attention_with_all_scores_far_below_zero() {
     let v = input(DType::F32, &[1, 1, 2, 1], vec![1.0, 3.0]);
     let got = eval_ok(&[q, k, v], |g, x| g.attention(x[0], x[1], x[2], AttentionMask::None, Some(1.0)));
     assert_exact(&got, DType::F32, &[1, 1, 1, 1], &[2.0], "attention far below zero");
+}
+
+#[test]
+fn masked_keys_never_reach_earlier_rows() {
+    // Row 2's key carries an infinite value; rows 0 and 1 cannot see it and must stay
+    // finite (a blocked P·V would multiply it by their zero weights: 0 * inf = NaN).
+    let q = input(DType::F32, &[1, 1, 3, 2], vec![0.1, 0.2, 0.3, -0.1, 0.5, 0.5]);
+    let k = input(DType::F32, &[1, 1, 3, 2], vec![0.2, 0.1, -0.3, 0.4, 0.0, 1.0]);
+    let v = input(DType::F32, &[1, 1, 3, 2], vec![1.0, 2.0, 3.0, 4.0, f64::INFINITY, 0.0]);
+    let expected = reference(&q, &k, &v, None, true, None, 1.0 / 2f64.sqrt());
+    let got = eval_ok(&[q, k, v], |g, x| g.attention(x[0], x[1], x[2], AttentionMask::Causal, None)).to_f64_vec();
+    for i in 0..4 {
+        assert!((got[i] - expected[i]).abs() < 1e-6, "row {}: {} vs {}", i / 2, got[i], expected[i]);
+    }
+    assert!(got[4].is_infinite() || got[4].is_nan());
 }

@@ -138,8 +138,17 @@ fn attention_f32(
                 rows::softmax_rows(arm, &srow[..vis], &mut prow[..vis], vis);
                 prow[vis..].fill(0.0);
             }
-            // O = P V.
-            f32::gemm(rows, keys, dv, probs, (keys, 1), vh, (dv, 1), o, dv, 1);
+            // O = P V. A non-finite V row that only later rows of the block see would
+            // reach earlier rows as 0 * inf = NaN; then each row takes only its own keys.
+            let first = p.visible(r0, len);
+            if vh[first * dv..].iter().all(|v| v.is_finite()) {
+                f32::gemm(rows, keys, dv, probs, (keys, 1), vh, (dv, 1), o, dv, 1);
+            } else {
+                for (i, orow) in o.chunks_exact_mut(dv).enumerate() {
+                    let vis = p.visible(r0 + i, len);
+                    f32::gemm(1, vis, dv, &probs[i * keys..][..vis], (vis, 1), vh, (dv, 1), orow, dv, 1);
+                }
+            }
         })
     };
     let macs = p.b * p.hq * p.sq * len * (d + dv);

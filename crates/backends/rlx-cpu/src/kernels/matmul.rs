@@ -161,8 +161,12 @@ macro_rules! impl_gemm {
                 c_row: usize,
                 threads: usize,
             ) {
+                // Rows of c must not overlap (threads write them concurrently).
                 assert!(
-                    fits(m, k, sa, a.len()) && fits(k, n, sb, b.len()) && fits(m, n, (c_row, 1), c.len()),
+                    fits(m, k, sa, a.len())
+                        && fits(k, n, sb, b.len())
+                        && fits(m, n, (c_row, 1), c.len())
+                        && (m <= 1 || c_row >= n),
                     "gemm operand sizes"
                 );
                 let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };

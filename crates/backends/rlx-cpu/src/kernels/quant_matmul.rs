@@ -52,7 +52,8 @@ impl QuantMatMulPlan {
     /// The plan for `x` (dims `[.., k]`) times weights `w` (dims `[n, row_bytes]`).
     pub fn new(x: &[usize], w: &[usize], scheme: QuantScheme, q8: bool, threads: usize) -> QuantMatMulPlan {
         let k = *x.last().unwrap_or(&0);
-        QuantMatMulPlan { m: x.iter().product::<usize>() / k.max(1), k, n: w[0], scheme, q8, threads }
+        let m = x[..x.len().saturating_sub(1)].iter().product();
+        QuantMatMulPlan { m, k, n: w[0], scheme, q8, threads }
     }
 
     fn row_bytes(&self) -> usize {
