@@ -5,6 +5,7 @@
 //! [`prelude::HostTensor`]. The README's quickstart is compiled and run as a doc test of
 //! this crate.
 
+pub use rlx_autodiff as autodiff;
 pub use rlx_compile as compile;
 pub use rlx_gguf as gguf;
 pub use rlx_io as io;
@@ -15,6 +16,7 @@ pub use rlx_runtime as runtime;
 
 /// Everything the API contract promises, in one import.
 pub mod prelude {
+    pub use rlx_autodiff::{grad, grad_with_loss, hvp, jvp};
     pub use rlx_ir::{
         AttentionMask, BinaryOp, CompareOp, Conv2dParams, DType, Error, Graph, HostTensor, NodeId, Op, PoolParams,
         ReduceOp, Result, RopeStyle, Unary, quant::QuantScheme,

@@ -47,6 +47,12 @@ enum Kernel {
     Rope(rope::RopePlan),
     KvAppend(kv_cache::KvAppendPlan),
     DequantMatMul(quant_matmul::QuantMatMulPlan),
+    Dequantize { scheme: rlx_ir::QuantScheme, k: usize },
+    ScatterAdd(gather::ScatterPlan),
+    Conv2dGradInput { geometry: conv::Geometry, groups: usize },
+    Conv2dGradWeight { geometry: conv::Geometry, groups: usize },
+    MaxPoolRoute { geometry: conv::Geometry, select: bool },
+    AvgPoolGrad { geometry: conv::Geometry, count_include_pad: bool },
     Region(region::RegionPlan),
     MatMulBias { plan: matmul::MatMulPlan, act: Option<Unary> },
     SwiGlu,
@@ -156,7 +162,9 @@ impl CpuProgram {
             let out_value = &schedule.values[step.outputs[0]];
             let kernel =
                 resolve(&step.kernel, &in_dims, &out_value.dims, threads, || schedule.describe(step.inputs[0]))?;
-            let main = if matches!(step.kernel, StepKernel::Op(Op::Where)) { 1 } else { 0 };
+            // The operand whose storage class instantiates the kernel (not a condition or
+            // an index list).
+            let main = if matches!(step.kernel, StepKernel::Op(Op::Where | Op::ScatterAdd { .. })) { 1 } else { 0 };
             thunks.push(Thunk {
                 kernel,
                 class: ins.get(main).map_or(outs[0].class, |s| s.class),
@@ -524,6 +532,27 @@ fn plan(
             *q8_activations,
             threads,
         )),
+        Op::Dequantize { scheme } => Kernel::Dequantize { scheme: *scheme, k: out[1] },
+        Op::ScatterAdd { rows } => Kernel::ScatterAdd(gather::ScatterPlan { rows: *rows, row_len: numel(&out[1..]) }),
+        // The geometry of the forward conv: input, weight, output.
+        Op::Conv2dGradInput { params, input } => Kernel::Conv2dGradInput {
+            geometry: conv::Geometry::conv(input, dims(1), dims(0), params),
+            groups: params.groups,
+        },
+        Op::Conv2dGradWeight { params, weight } => Kernel::Conv2dGradWeight {
+            geometry: conv::Geometry::conv(dims(0), weight, dims(1), params),
+            groups: params.groups,
+        },
+        Op::MaxPool2dGrad { params } => {
+            Kernel::MaxPoolRoute { geometry: conv::Geometry::pool(dims(0), dims(1), params), select: false }
+        }
+        Op::MaxPool2dSelect { params } => {
+            Kernel::MaxPoolRoute { geometry: conv::Geometry::pool(dims(0), out, params), select: true }
+        }
+        Op::AvgPool2dGrad { params, count_include_pad, input } => Kernel::AvgPoolGrad {
+            geometry: conv::Geometry::pool(input, dims(0), params),
+            count_include_pad: *count_include_pad,
+        },
     })
 }
 
@@ -551,6 +580,14 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         Kernel::Rope(p) => rope::rope(p, class, ins, out),
         Kernel::KvAppend(p) => kv_cache::kv_append(p, class, t.in_place, ins, out),
         Kernel::DequantMatMul(p) => quant_matmul::dequant_matmul(p, arm, ins, out),
+        Kernel::Dequantize { scheme, k } => quant_matmul::dequantize(*scheme, *k, arm, ins, out),
+        Kernel::ScatterAdd(p) => gather::scatter_add(p, class, ins, out),
+        Kernel::Conv2dGradInput { geometry, groups } => conv::conv2d_grad_input(geometry, *groups, class, ins, out),
+        Kernel::Conv2dGradWeight { geometry, groups } => conv::conv2d_grad_weight(geometry, *groups, class, ins, out),
+        Kernel::MaxPoolRoute { geometry, select } => conv::max_pool_route(geometry, *select, class, ins, out),
+        Kernel::AvgPoolGrad { geometry, count_include_pad } => {
+            conv::avg_pool_grad(geometry, *count_include_pad, class, ins, out)
+        }
         Kernel::Region(p) => region::region(p, arm, ins, out),
         Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, arm, ins, out),
         Kernel::SwiGlu => fused::swiglu(arm, ins, out),

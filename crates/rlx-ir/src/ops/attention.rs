@@ -107,3 +107,162 @@ impl Graph {
         self.push(Op::Attention { mask: kind, scale }, &inputs)
     }
 }
+
+// Derivatives, through the op's definition in primitive ops: `s = q kx^T * scale + mask`,
+// `p = softmax(s)`, `out = p vx`, where kx / vx repeat each K/V head for its query-head
+// group. VJP: `dp = ct vx^T`, `ds = p (dp - sum(dp p))`, `dq = ds kx * scale`,
+// `dkx = ds^T q * scale`, `dvx = p^T ct`, group repeats summed back; a bias receives
+// `ds` summed to its dims; a causal length none. Masked keys get zero weight and zero
+// derivative.
+
+struct Parts {
+    scale: NodeId,
+    kx: NodeId,
+    vx: NodeId,
+    p: NodeId,
+    group: usize,
+}
+
+/// `x [b, hkv, s, d]` with each head repeated `group` times: `[b, hkv * group, s, d]`.
+fn repeat_heads(g: &mut Graph, x: NodeId, group: usize) -> Result<NodeId> {
+    if group == 1 {
+        return Ok(x);
+    }
+    let d = g.dims(x).to_vec();
+    let x = g.reshape(x, &[d[0], d[1], 1, d[2], d[3]])?;
+    let x = g.expand(x, &[d[0], d[1], group, d[2], d[3]])?;
+    g.reshape(x, &[d[0], d[1] * group, d[2], d[3]])
+}
+
+/// The transpose of `repeat_heads`: group repeats summed.
+fn sum_heads(g: &mut Graph, x: NodeId, group: usize) -> Result<NodeId> {
+    if group == 1 {
+        return Ok(x);
+    }
+    let d = g.dims(x).to_vec();
+    let x = g.reshape(x, &[d[0], d[1] / group, group, d[2], d[3]])?;
+    g.reduce(super::ReduceOp::Sum, x, &[2], false)
+}
+
+fn parts(g: &mut Graph, mask: MaskKind, scale: Option<F32Attr>, ins: &[NodeId]) -> Result<Parts> {
+    let (q, k, v) = (ins[0], ins[1], ins[2]);
+    let (qd, kd) = (g.dims(q).to_vec(), g.dims(k).to_vec());
+    let (sq, skv, group) = (qd[2], kd[2], qd[1] / kd[1]);
+    let dt = g.dtype(q);
+    let scale = g.scalar_f64(dt, scale.map_or(1.0 / (qd[3] as f64).sqrt(), |s| s.0 as f64))?;
+    let kx = repeat_heads(g, k, group)?;
+    let vx = repeat_heads(g, v, group)?;
+    let kt = g.transpose_last2(kx)?;
+    let s = g.matmul(q, kt)?;
+    let s = g.mul(s, scale)?;
+    // Causal masks as 0 / -inf over [sq, skv]: key j is visible to query i when
+    // j <= i + len - sq (len = skv for plain causal).
+    let causal = |g: &mut Graph, limit: NodeId, int: DType| -> Result<NodeId> {
+        let j = g.iota(int, skv)?;
+        let j = g.reshape(j, &[1, skv])?;
+        let i = g.iota(int, sq)?;
+        let i = g.reshape(i, &[sq, 1])?;
+        let off = g.sub(j, i)?;
+        let visible = g.le(off, limit)?;
+        let zero = g.full(dt, &[sq, skv], 0.0)?;
+        let hidden = g.full(dt, &[sq, skv], f64::NEG_INFINITY)?;
+        g.where_(visible, zero, hidden)
+    };
+    let mask = match mask {
+        MaskKind::None => None,
+        MaskKind::Bias => Some(ins[3]),
+        MaskKind::Causal => {
+            let limit = g.scalar_f64(DType::I64, skv as f64 - sq as f64)?;
+            Some(causal(g, limit, DType::I64)?)
+        }
+        MaskKind::CausalLen => {
+            let int = g.dtype(ins[3]);
+            let n = g.scalar_f64(int, sq as f64)?;
+            let limit = g.sub(ins[3], n)?;
+            Some(causal(g, limit, int)?)
+        }
+    };
+    let s = match mask {
+        Some(m) => g.add(s, m)?,
+        None => s,
+    };
+    let p = g.softmax(s, 3)?;
+    Ok(Parts { scale, kx, vx, p, group })
+}
+
+pub(crate) fn vjp(
+    g: &mut Graph,
+    mask: MaskKind,
+    scale: Option<F32Attr>,
+    ins: &[NodeId],
+    ct: NodeId,
+) -> Result<Vec<Option<NodeId>>> {
+    let q = ins[0];
+    let Parts { scale, kx, vx, p, group } = parts(g, mask, scale, ins)?;
+    let vt = g.transpose_last2(vx)?;
+    let dp = g.matmul(ct, vt)?;
+    let pt = g.transpose_last2(p)?;
+    let dvx = g.matmul(pt, ct)?;
+    let dpp = g.mul(dp, p)?;
+    let sum = g.reduce(super::ReduceOp::Sum, dpp, &[3], true)?;
+    let centered = g.sub(dp, sum)?;
+    let ds = g.mul(p, centered)?;
+    let dss = g.mul(ds, scale)?;
+    let dq = g.matmul(dss, kx)?;
+    let dst = g.transpose_last2(dss)?;
+    let dkx = g.matmul(dst, q)?;
+    let mut out = vec![Some(dq), Some(sum_heads(g, dkx, group)?), Some(sum_heads(g, dvx, group)?)];
+    match mask {
+        MaskKind::Bias => {
+            let bd = g.dims(ins[3]).to_vec();
+            out.push(Some(g.sum_to(ds, &bd)?));
+        }
+        MaskKind::CausalLen => out.push(None),
+        MaskKind::None | MaskKind::Causal => {}
+    }
+    Ok(out)
+}
+
+pub(crate) fn jvp(
+    g: &mut Graph,
+    mask: MaskKind,
+    scale: Option<F32Attr>,
+    ins: &[NodeId],
+    t: &[Option<NodeId>],
+) -> Result<Option<NodeId>> {
+    let q = ins[0];
+    let Parts { scale, kx, vx, p, group } = parts(g, mask, scale, ins)?;
+    let mut ts = None;
+    if let Some(tq) = t[0] {
+        let kt = g.transpose_last2(kx)?;
+        ts = Some(g.matmul(tq, kt)?);
+    }
+    if let Some(tk) = t[1] {
+        let tkx = repeat_heads(g, tk, group)?;
+        let tkt = g.transpose_last2(tkx)?;
+        let term = g.matmul(q, tkt)?;
+        ts = g.add_opt(ts, Some(term))?;
+    }
+    let mut ts = ts.map(|ts| g.mul(ts, scale)).transpose()?;
+    if mask == MaskKind::Bias
+        && let Some(tb) = t[3]
+    {
+        let dims = g.dims(p).to_vec();
+        let tb = g.broadcast_to(tb, &dims)?;
+        ts = g.add_opt(ts, Some(tb))?;
+    }
+    let mut to = None;
+    if let Some(ts) = ts {
+        let tsp = g.mul(ts, p)?;
+        let sum = g.reduce(super::ReduceOp::Sum, tsp, &[3], true)?;
+        let centered = g.sub(ts, sum)?;
+        let tp = g.mul(p, centered)?;
+        to = Some(g.matmul(tp, vx)?);
+    }
+    if let Some(tv) = t[2] {
+        let tvx = repeat_heads(g, tv, group)?;
+        let term = g.matmul(p, tvx)?;
+        to = g.add_opt(to, Some(term))?;
+    }
+    Ok(to)
+}

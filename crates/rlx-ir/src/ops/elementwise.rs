@@ -279,3 +279,283 @@ impl Graph {
         self.push(Op::Cast { to }, &[x])
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Derivatives. Binary ops broadcast, so cotangents are summed back to each operand's
+// dims. max/min split ties evenly between the operands (JAX's convention); pow's
+// derivative in the exponent uses ln(x) with x = 0 replaced by 1, and in the base is 0
+// where the exponent is 0 (both as in JAX).
+
+/// `a` op `b` -> (d out / d a, d out / d b), as graphs broadcast like `out`.
+fn binary_partials(g: &mut Graph, op: BinaryOp, a: NodeId, b: NodeId, out: NodeId) -> Result<(NodeId, NodeId)> {
+    let dt = g.dtype(out);
+    let one = g.scalar_f64(dt, 1.0)?;
+    Ok(match op {
+        BinaryOp::Add => (one, one),
+        BinaryOp::Sub => (one, g.scalar_f64(dt, -1.0)?),
+        BinaryOp::Mul => (b, a),
+        BinaryOp::Div => {
+            let inv = g.div(one, b)?;
+            let q = g.div(out, b)?;
+            (inv, g.unary(Unary::Neg, q)?)
+        }
+        BinaryOp::Max | BinaryOp::Min => {
+            let wins = if op == BinaryOp::Max { g.gt(a, b)? } else { g.lt(a, b)? };
+            let ties = g.eq(a, b)?;
+            let (w, t) = (g.mask(wins, dt)?, g.mask(ties, dt)?);
+            let half = g.scalar_f64(dt, 0.5)?;
+            let ht = g.mul(t, half)?;
+            let da = g.add(w, ht)?;
+            let db = g.sub(one, da)?;
+            (da, db)
+        }
+        BinaryOp::Pow => {
+            let zero = g.scalar_f64(dt, 0.0)?;
+            let bm1 = g.sub(b, one)?;
+            let p = g.pow(a, bm1)?;
+            let bp = g.mul(b, p)?;
+            let b_zero = g.eq(b, zero)?;
+            let zeros = g.full_like(bp, 0.0)?;
+            let da = g.where_(b_zero, zeros, bp)?;
+            let a_zero = g.eq(a, zero)?;
+            let ones = g.full_like(a, 1.0)?;
+            let safe = g.where_(a_zero, ones, a)?;
+            let ln = g.unary(Unary::Log, safe)?;
+            (da, g.mul(ln, out)?)
+        }
+    })
+}
+
+pub(crate) fn vjp_binary(
+    g: &mut Graph,
+    op: BinaryOp,
+    ins: &[NodeId],
+    out: NodeId,
+    ct: NodeId,
+) -> Result<Vec<Option<NodeId>>> {
+    let (a, b) = (ins[0], ins[1]);
+    if !g.is_differentiable(out) {
+        return Ok(vec![None, None]);
+    }
+    let (da, db) = binary_partials(g, op, a, b, out)?;
+    let mut grads = Vec::new();
+    for (x, d) in [(a, da), (b, db)] {
+        let prod = g.mul(ct, d)?;
+        let out_dims = g.dims(out).to_vec();
+        let prod = g.broadcast_to(prod, &out_dims)?;
+        let dims = g.dims(x).to_vec();
+        grads.push(Some(g.sum_to(prod, &dims)?));
+    }
+    Ok(grads)
+}
+
+pub(crate) fn jvp_binary(
+    g: &mut Graph,
+    op: BinaryOp,
+    ins: &[NodeId],
+    out: NodeId,
+    t: &[Option<NodeId>],
+) -> Result<Option<NodeId>> {
+    let (da, db) = binary_partials(g, op, ins[0], ins[1], out)?;
+    let mut total = None;
+    for (tx, d) in [(t[0], da), (t[1], db)] {
+        if let Some(tx) = tx {
+            let term = g.mul(tx, d)?;
+            total = g.add_opt(total, Some(term))?;
+        }
+    }
+    let dims = g.dims(out).to_vec();
+    total.map(|t| g.broadcast_to(t, &dims)).transpose()
+}
+
+pub(crate) fn vjp_where(g: &mut Graph, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    let (cond, a, b) = (ins[0], ins[1], ins[2]);
+    if !g.is_differentiable(a) {
+        return Ok(vec![None; 3]);
+    }
+    let zeros = g.full_like(ct, 0.0)?;
+    let ga = g.where_(cond, ct, zeros)?;
+    let gb = g.where_(cond, zeros, ct)?;
+    let (da, db) = (g.dims(a).to_vec(), g.dims(b).to_vec());
+    Ok(vec![None, Some(g.sum_to(ga, &da)?), Some(g.sum_to(gb, &db)?)])
+}
+
+pub(crate) fn jvp_where(g: &mut Graph, ins: &[NodeId], out: NodeId, t: &[Option<NodeId>]) -> Result<Option<NodeId>> {
+    let ta = g.or_zeros(t[1], ins[1])?;
+    let tb = g.or_zeros(t[2], ins[2])?;
+    let r = g.where_(ins[0], ta, tb)?;
+    let dims = g.dims(out).to_vec();
+    Ok(Some(g.broadcast_to(r, &dims)?))
+}
+
+/// f'(x) for `out = f(x)`, as a graph of x's type.
+fn unary_derivative(g: &mut Graph, u: Unary, x: NodeId, out: NodeId) -> Result<NodeId> {
+    let dt = g.dtype(x);
+    let c = |g: &mut Graph, v: f64| g.scalar_f64(dt, v);
+    let sigmoid = |g: &mut Graph| g.unary(Unary::Sigmoid, x);
+    Ok(match u {
+        Unary::Neg => c(g, -1.0)?,
+        Unary::Abs => {
+            // sign(x), 0 at 0.
+            let zero = c(g, 0.0)?;
+            let (pos, neg) = (g.gt(x, zero)?, g.lt(x, zero)?);
+            let (p, n) = (g.mask(pos, dt)?, g.mask(neg, dt)?);
+            g.sub(p, n)?
+        }
+        Unary::Exp => out,
+        Unary::Log => {
+            let one = c(g, 1.0)?;
+            g.div(one, x)?
+        }
+        Unary::Sqrt => {
+            let half = c(g, 0.5)?;
+            g.div(half, out)?
+        }
+        Unary::Rsqrt => {
+            let h = c(g, -0.5)?;
+            let q = g.div(out, x)?;
+            g.mul(h, q)?
+        }
+        Unary::Recip => {
+            let sq = g.mul(out, out)?;
+            g.unary(Unary::Neg, sq)?
+        }
+        Unary::Relu => {
+            let zero = c(g, 0.0)?;
+            let pos = g.gt(x, zero)?;
+            g.mask(pos, dt)?
+        }
+        Unary::Gelu => {
+            // Phi(x) + x phi(x), phi the standard normal density.
+            let r2 = c(g, std::f64::consts::FRAC_1_SQRT_2)?;
+            let xs = g.mul(x, r2)?;
+            let erf = g.unary(Unary::Erf, xs)?;
+            let one = c(g, 1.0)?;
+            let half = c(g, 0.5)?;
+            let cdf = g.add(erf, one)?;
+            let cdf = g.mul(cdf, half)?;
+            let x2 = g.mul(x, x)?;
+            let mh = c(g, -0.5)?;
+            let e = g.mul(x2, mh)?;
+            let e = g.unary(Unary::Exp, e)?;
+            let k = c(g, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+            let pdf = g.mul(e, k)?;
+            let xp = g.mul(x, pdf)?;
+            g.add(cdf, xp)?
+        }
+        Unary::GeluTanh => {
+            // 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) s (1 + 3 a x^2), u = s (x + a x^3).
+            let (s, a) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
+            let x2 = g.mul(x, x)?;
+            let x3 = g.mul(x2, x)?;
+            let ac = c(g, a)?;
+            let ax3 = g.mul(x3, ac)?;
+            let inner = g.add(x, ax3)?;
+            let sc = c(g, s)?;
+            let uu = g.mul(inner, sc)?;
+            let th = g.unary(Unary::Tanh, uu)?;
+            let one = c(g, 1.0)?;
+            let half = c(g, 0.5)?;
+            let left = g.add(one, th)?;
+            let left = g.mul(left, half)?;
+            let th2 = g.mul(th, th)?;
+            let sech2 = g.sub(one, th2)?;
+            let a3 = c(g, 3.0 * a)?;
+            let q = g.mul(x2, a3)?;
+            let q = g.add(one, q)?;
+            let du = g.mul(q, sc)?;
+            let right = g.mul(sech2, du)?;
+            let right = g.mul(right, x)?;
+            let right = g.mul(right, half)?;
+            g.add(left, right)?
+        }
+        Unary::Silu => {
+            // s (1 + x (1 - s)).
+            let s = sigmoid(g)?;
+            let one = c(g, 1.0)?;
+            let oms = g.sub(one, s)?;
+            let t = g.mul(x, oms)?;
+            let t = g.add(one, t)?;
+            g.mul(s, t)?
+        }
+        Unary::Sigmoid => {
+            let one = c(g, 1.0)?;
+            let oms = g.sub(one, out)?;
+            g.mul(out, oms)?
+        }
+        Unary::Tanh => {
+            let one = c(g, 1.0)?;
+            let sq = g.mul(out, out)?;
+            g.sub(one, sq)?
+        }
+        Unary::Softplus => sigmoid(g)?,
+        Unary::Sin => g.unary(Unary::Cos, x)?,
+        Unary::Cos => {
+            let s = g.unary(Unary::Sin, x)?;
+            g.unary(Unary::Neg, s)?
+        }
+        Unary::Tan => {
+            let one = c(g, 1.0)?;
+            let sq = g.mul(out, out)?;
+            g.add(one, sq)?
+        }
+        Unary::Atan => {
+            let one = c(g, 1.0)?;
+            let sq = g.mul(x, x)?;
+            let d = g.add(one, sq)?;
+            g.div(one, d)?
+        }
+        Unary::Erf => {
+            let k = c(g, 2.0 / std::f64::consts::PI.sqrt())?;
+            let sq = g.mul(x, x)?;
+            let n = g.unary(Unary::Neg, sq)?;
+            let e = g.unary(Unary::Exp, n)?;
+            g.mul(k, e)?
+        }
+        Unary::Ln1p => {
+            let one = c(g, 1.0)?;
+            let d = g.add(one, x)?;
+            g.div(one, d)?
+        }
+        Unary::Mish => {
+            // t + x s (1 - t^2), t = tanh(softplus x), s = sigmoid x.
+            let sp = g.unary(Unary::Softplus, x)?;
+            let t = g.unary(Unary::Tanh, sp)?;
+            let s = sigmoid(g)?;
+            let one = c(g, 1.0)?;
+            let t2 = g.mul(t, t)?;
+            let sech2 = g.sub(one, t2)?;
+            let r = g.mul(x, s)?;
+            let r = g.mul(r, sech2)?;
+            g.add(t, r)?
+        }
+        Unary::LogSigmoid => {
+            let n = g.unary(Unary::Neg, x)?;
+            g.unary(Unary::Sigmoid, n)?
+        }
+    })
+}
+
+pub(crate) fn vjp_unary(g: &mut Graph, u: Unary, x: NodeId, out: NodeId, ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    if !g.is_differentiable(x) {
+        return Ok(vec![None]);
+    }
+    let d = unary_derivative(g, u, x, out)?;
+    Ok(vec![Some(g.mul(ct, d)?)])
+}
+
+pub(crate) fn jvp_unary(g: &mut Graph, u: Unary, x: NodeId, out: NodeId, t: Option<NodeId>) -> Result<Option<NodeId>> {
+    let Some(t) = t else { return Ok(None) };
+    let d = unary_derivative(g, u, x, out)?;
+    let r = g.mul(t, d)?;
+    let dims = g.dims(out).to_vec();
+    Ok(Some(g.broadcast_to(r, &dims)?))
+}
+
+pub(crate) fn vjp_cast(g: &mut Graph, x: NodeId, ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    if !g.is_differentiable(x) || !g.is_differentiable(ct) {
+        return Ok(vec![None]);
+    }
+    let to = g.dtype(x);
+    Ok(vec![Some(g.cast(ct, to)?)])
+}

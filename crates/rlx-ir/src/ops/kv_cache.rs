@@ -30,3 +30,59 @@ impl Graph {
         self.push(Op::KvAppend { axis }, &[cache, new, pos])
     }
 }
+
+// Derivatives: linear in `cache` and `new` (pos has none). The cache's cotangent is the
+// output's with the written rows zeroed; `new`'s is those rows, picked by a gather at
+// `pos + 0..len` along `axis` (pos is only known when the graph runs).
+
+/// Bool mask over `axis` (broadcastable to the cache): rows `pos..pos + len`.
+fn written_rows(g: &mut Graph, axis: usize, cache: NodeId, new: NodeId, pos: NodeId) -> Result<NodeId> {
+    let (cap, len) = (g.dims(cache)[axis], g.dims(new)[axis]);
+    let int = g.dtype(pos);
+    let rows = g.iota(int, cap)?;
+    let pos = g.reshape(pos, &[1])?;
+    let n = g.scalar_f64(int, len as f64)?;
+    let end = g.add(pos, n)?;
+    let from = g.ge(rows, pos)?;
+    let to = g.lt(rows, end)?;
+    let (from, to) = (g.cast(from, DType::I32)?, g.cast(to, DType::I32)?);
+    let both = g.mul(from, to)?;
+    let one = g.scalar_f64(DType::I32, 1.0)?;
+    let hit = g.eq(both, one)?;
+    let mut dims = vec![1; g.dims(cache).len()];
+    dims[axis] = cap;
+    g.reshape(hit, &dims)
+}
+
+pub(crate) fn vjp(g: &mut Graph, axis: usize, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    let (cache, new, pos) = (ins[0], ins[1], ins[2]);
+    if !g.is_differentiable(cache) {
+        return Ok(vec![None; 3]);
+    }
+    let hit = written_rows(g, axis, cache, new, pos)?;
+    let zeros = g.full_like(ct, 0.0)?;
+    let d_cache = g.where_(hit, zeros, ct)?;
+    // new's rows: move `axis` first, gather rows pos + 0..len, move it back.
+    let len = g.dims(new)[axis];
+    let rank = g.dims(ct).len();
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.remove(axis);
+    perm.insert(0, axis);
+    let front = g.transpose(ct, &perm)?;
+    let int = g.dtype(pos);
+    let offsets = g.iota(int, len)?;
+    let p = g.reshape(pos, &[1])?;
+    let rows = g.add(offsets, p)?;
+    let picked = g.gather(front, rows)?;
+    let mut inverse = vec![0; rank];
+    for (i, &a) in perm.iter().enumerate() {
+        inverse[a] = i;
+    }
+    Ok(vec![Some(d_cache), Some(g.transpose(picked, &inverse)?), None])
+}
+
+pub(crate) fn jvp(g: &mut Graph, axis: usize, ins: &[NodeId], t: &[Option<NodeId>]) -> Result<Option<NodeId>> {
+    let tc = g.or_zeros(t[0], ins[0])?;
+    let tn = g.or_zeros(t[1], ins[1])?;
+    Ok(Some(g.kv_append(tc, tn, ins[2], axis)?))
+}

@@ -91,3 +91,62 @@ impl Graph {
         self.push(Op::Expand { dims: dims.to_vec() }, &[x])
     }
 }
+
+// Derivatives: every layout op is linear. VJPs: reshape back, the inverse permutation,
+// narrow's cotangent padded with zeros, concat's split by narrow, expand's summed back.
+// JVPs: the same op on the tangent.
+
+pub(crate) fn vjp(g: &mut Graph, op: &Op, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    if !g.is_differentiable(ins[0]) {
+        return Ok(vec![None; ins.len()]);
+    }
+    let x = ins[0];
+    let xd = g.dims(x).to_vec();
+    Ok(match op {
+        Op::Reshape { .. } => vec![Some(g.reshape(ct, &xd)?)],
+        Op::Transpose { perm } => {
+            let mut inverse = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            vec![Some(g.transpose(ct, &inverse)?)]
+        }
+        Op::Narrow { axis, start, len } => {
+            let zeros = |g: &mut Graph, n: usize| -> Result<Option<NodeId>> {
+                let mut d = xd.clone();
+                d[*axis] = n;
+                (n > 0).then(|| g.full(g.dtype(ct), &d, 0.0)).transpose()
+            };
+            let before = zeros(g, *start)?;
+            let after = zeros(g, xd[*axis] - start - len)?;
+            let parts: Vec<NodeId> = [before, Some(ct), after].into_iter().flatten().collect();
+            vec![Some(if parts.len() == 1 { ct } else { g.concat(&parts, *axis)? })]
+        }
+        Op::Concat { axis } => {
+            let mut start = 0;
+            let mut out = Vec::new();
+            for &i in ins {
+                let len = g.dims(i)[*axis];
+                out.push(Some(g.narrow(ct, *axis, start, len)?));
+                start += len;
+            }
+            out
+        }
+        Op::Expand { .. } => vec![Some(g.sum_to(ct, &xd)?)],
+        _ => return Err(Error::internal(format!("{} is not a layout op", op.name()))),
+    })
+}
+
+pub(crate) fn jvp(g: &mut Graph, op: &Op, ins: &[NodeId], out: NodeId, t: &[Option<NodeId>]) -> Result<Option<NodeId>> {
+    if let Op::Concat { axis } = op {
+        let parts = ins.iter().zip(t).map(|(&x, &tx)| g.or_zeros(tx, x)).collect::<Result<Vec<_>>>()?;
+        return Ok(Some(g.concat(&parts, *axis)?));
+    }
+    let Some(tx) = t[0] else { return Ok(None) };
+    let mut op = op.clone();
+    // The op again, on the tangent (its attributes already fit the tangent's dims).
+    if let Op::Expand { dims } = &mut op {
+        *dims = g.dims(out).to_vec();
+    }
+    Ok(Some(g.push(op, &[tx])?))
+}

@@ -32,3 +32,33 @@ impl Graph {
         self.push(Op::CrossEntropy, &[logits, labels])
     }
 }
+
+// Derivatives in the logits (labels have none): `(softmax(logits) - onehot(labels)) / n`
+// per unit of the (scalar) cotangent.
+
+/// `(softmax(logits) - onehot(labels)) / n`.
+fn residual(g: &mut Graph, logits: NodeId, labels: NodeId) -> Result<NodeId> {
+    let (n, c) = (g.dims(logits)[0], g.dims(logits)[1]);
+    let dt = g.dtype(logits);
+    let p = g.softmax(logits, 1)?;
+    let classes = g.iota(g.dtype(labels), c)?;
+    let classes = g.reshape(classes, &[1, c])?;
+    let col = g.reshape(labels, &[n, 1])?;
+    let hit = g.eq(col, classes)?;
+    let onehot = g.mask(hit, dt)?;
+    let d = g.sub(p, onehot)?;
+    let inv = g.scalar_f64(dt, 1.0 / n as f64)?;
+    g.mul(d, inv)
+}
+
+pub(crate) fn vjp(g: &mut Graph, logits: NodeId, labels: NodeId, ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    let r = residual(g, logits, labels)?;
+    Ok(vec![Some(g.mul(r, ct)?), None])
+}
+
+pub(crate) fn jvp(g: &mut Graph, logits: NodeId, labels: NodeId, t: Option<NodeId>) -> Result<Option<NodeId>> {
+    let Some(t) = t else { return Ok(None) };
+    let r = residual(g, logits, labels)?;
+    let rt = g.mul(r, t)?;
+    Ok(Some(g.reduce(super::ReduceOp::Sum, rt, &[0, 1], false)?))
+}

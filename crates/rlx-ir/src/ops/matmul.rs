@@ -39,3 +39,24 @@ impl Graph {
         self.push(Op::MatMul, &[a, b])
     }
 }
+
+// Derivatives: bilinear. `da = ct @ b^T`, `db = a^T @ ct`, each summed over the batch
+// axes its operand was broadcast along.
+
+pub(crate) fn vjp(g: &mut Graph, a: NodeId, b: NodeId, ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    if !g.is_differentiable(a) {
+        return Ok(vec![None, None]);
+    }
+    let bt = g.transpose_last2(b)?;
+    let da = g.matmul(ct, bt)?;
+    let at = g.transpose_last2(a)?;
+    let db = g.matmul(at, ct)?;
+    let (ad, bd) = (g.dims(a).to_vec(), g.dims(b).to_vec());
+    Ok(vec![Some(g.sum_to(da, &ad)?), Some(g.sum_to(db, &bd)?)])
+}
+
+pub(crate) fn jvp(g: &mut Graph, a: NodeId, b: NodeId, t: &[Option<NodeId>]) -> Result<Option<NodeId>> {
+    let left = t[0].map(|ta| g.matmul(ta, b)).transpose()?;
+    let right = t[1].map(|tb| g.matmul(a, tb)).transpose()?;
+    g.add_opt(left, right)
+}

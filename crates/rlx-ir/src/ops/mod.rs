@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod diff;
 pub mod elementwise;
 pub mod gather;
 pub mod kv_cache;
@@ -112,6 +113,21 @@ pub enum Op {
     KvAppend { axis: usize },
     /// `[x, w]`: `x @ W^T` with `W` block-quantized in `scheme`.
     DequantMatMul { scheme: crate::quant::QuantScheme, q8_activations: bool },
+    /// `[w]`: block-quantized rows decoded to f32 `[n, k]`.
+    Dequantize { scheme: crate::quant::QuantScheme },
+    /// `[indices, updates]`: a `[rows, ...]` table of zeros with each update row added
+    /// at its index (the transpose of `gather`).
+    ScatterAdd { rows: usize },
+    /// `[g, w]`: the gradient of `conv2d` with respect to its input, `input` dims.
+    Conv2dGradInput { params: Conv2dParams, input: [usize; 4] },
+    /// `[x, g]`: the gradient of `conv2d` with respect to its weight, `weight` dims.
+    Conv2dGradWeight { params: Conv2dParams, weight: [usize; 4] },
+    /// `[x, g]`: `g` routed to the first maximum of each window of `x` (`x`'s dims).
+    MaxPool2dGrad { params: PoolParams },
+    /// `[x, t]`: per window, `t` at the first maximum of `x` (pooled dims).
+    MaxPool2dSelect { params: PoolParams },
+    /// `[g]`: the gradient of `avg_pool2d`, `input` dims.
+    AvgPool2dGrad { params: PoolParams, count_include_pad: bool, input: [usize; 4] },
 }
 
 /// An operand's type, as seen by a shape rule.
@@ -161,6 +177,13 @@ impl Op {
             Op::Rope { .. } => "rope",
             Op::KvAppend { .. } => "kv_append",
             Op::DequantMatMul { .. } => "dequant_matmul",
+            Op::Dequantize { .. } => "dequantize",
+            Op::ScatterAdd { .. } => "scatter_add",
+            Op::Conv2dGradInput { .. } => "conv2d_grad_input",
+            Op::Conv2dGradWeight { .. } => "conv2d_grad_weight",
+            Op::MaxPool2dGrad { .. } => "max_pool2d_grad",
+            Op::MaxPool2dSelect { .. } => "max_pool2d_select",
+            Op::AvgPool2dGrad { .. } => "avg_pool2d_grad",
         }
     }
 
@@ -183,14 +206,21 @@ impl Op {
             | Op::Narrow { .. }
             | Op::Expand { .. }
             | Op::MaxPool2d { .. }
-            | Op::AvgPool2d { .. } => Arity::Exactly(1),
+            | Op::AvgPool2d { .. }
+            | Op::Dequantize { .. }
+            | Op::AvgPool2dGrad { .. } => Arity::Exactly(1),
             Op::Binary(_)
             | Op::Compare(_)
             | Op::MatMul
             | Op::Gather
             | Op::CrossEntropy
             | Op::Rope { .. }
-            | Op::DequantMatMul { .. } => Arity::Exactly(2),
+            | Op::DequantMatMul { .. }
+            | Op::ScatterAdd { .. }
+            | Op::Conv2dGradInput { .. }
+            | Op::Conv2dGradWeight { .. }
+            | Op::MaxPool2dGrad { .. }
+            | Op::MaxPool2dSelect { .. } => Arity::Exactly(2),
             Op::Where | Op::KvAppend { .. } => Arity::Exactly(3),
             Op::LayerNorm { gamma, beta, .. } => Arity::Exactly(1 + *gamma as usize + *beta as usize),
             Op::RmsNorm { gamma, .. } => Arity::Exactly(1 + *gamma as usize),
@@ -239,6 +269,13 @@ impl Op {
             Op::DequantMatMul { scheme, q8_activations } => {
                 quant_matmul::infer(*scheme, *q8_activations, ins[0], ins[1])
             }
+            Op::Dequantize { scheme } => quant_matmul::infer_dequantize(*scheme, ins[0]),
+            Op::ScatterAdd { rows } => gather::infer_scatter_add(*rows, ins[0], ins[1]),
+            Op::Conv2dGradInput { params, input } => conv::infer_grad_input(params, input, ins[0], ins[1]),
+            Op::Conv2dGradWeight { params, weight } => conv::infer_grad_weight(params, weight, ins[0], ins[1]),
+            Op::MaxPool2dGrad { params } => conv::infer_max_pool_grad(params, ins[0], ins[1]),
+            Op::MaxPool2dSelect { params } => conv::infer_max_pool_select(params, ins[0], ins[1]),
+            Op::AvgPool2dGrad { params, input, .. } => conv::infer_avg_pool_grad(params, input, ins[0]),
         };
         r.map_err(|e| e.context(self.name()))
     }

@@ -50,3 +50,90 @@ impl Graph {
         self.push(Op::RmsNorm { eps, gamma: gamma.is_some() }, &inputs)
     }
 }
+
+// Derivatives, recomputing the normalized rows xhat from x (last axis, length h):
+// layer norm: xhat = (x - mean) r, r = 1 / sqrt(var + eps); rms norm: xhat = x r,
+// r = 1 / sqrt(mean(x^2) + eps). With c = ct * gamma (or ct):
+// layer norm `dx = r (c - mean(c) - xhat mean(c xhat))`, rms norm `dx = r (c - xhat mean(c xhat))`;
+// `dgamma = sum over rows of ct xhat`, `dbeta = sum over rows of ct`.
+
+/// (xhat, r) of `x`, both of x's dims.
+fn normalized(g: &mut Graph, rms: bool, eps: f32, x: NodeId) -> Result<(NodeId, NodeId)> {
+    let axis = g.dims(x).len() - 1;
+    let mean = |g: &mut Graph, v: NodeId| g.reduce(super::ReduceOp::Mean, v, &[axis], true);
+    let centered = if rms {
+        x
+    } else {
+        let m = mean(g, x)?;
+        g.sub(x, m)?
+    };
+    let sq = g.mul(centered, centered)?;
+    let var = mean(g, sq)?;
+    let e = g.scalar_f64(g.dtype(x), eps as f64)?;
+    let ve = g.add(var, e)?;
+    let r = g.unary(super::Unary::Rsqrt, ve)?;
+    let dims = g.dims(x).to_vec();
+    let r = g.broadcast_to(r, &dims)?;
+    Ok((g.mul(centered, r)?, r))
+}
+
+/// The normalization's Jacobian applied to `v` (x's dims): r (v - [mean v] - xhat mean(v xhat)).
+fn normalize_linear(g: &mut Graph, rms: bool, xhat: NodeId, r: NodeId, v: NodeId) -> Result<NodeId> {
+    let axis = g.dims(v).len() - 1;
+    let vx = g.mul(v, xhat)?;
+    let m = g.reduce(super::ReduceOp::Mean, vx, &[axis], true)?;
+    let proj = g.mul(xhat, m)?;
+    let mut d = g.sub(v, proj)?;
+    if !rms {
+        let mv = g.reduce(super::ReduceOp::Mean, v, &[axis], true)?;
+        d = g.sub(d, mv)?;
+    }
+    g.mul(r, d)
+}
+
+/// Sum over every axis but the last (rows), giving `[h]`.
+fn sum_rows(g: &mut Graph, v: NodeId) -> Result<NodeId> {
+    let h = *g.dims(v).last().unwrap_or(&1);
+    g.sum_to(v, &[h])
+}
+
+pub(crate) fn vjp(g: &mut Graph, rms: bool, eps: f32, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    let (x, gamma) = (ins[0], ins.get(1).copied());
+    let (xhat, r) = normalized(g, rms, eps, x)?;
+    let c = match gamma {
+        Some(gm) => g.mul(ct, gm)?,
+        None => ct,
+    };
+    let mut out = vec![Some(normalize_linear(g, rms, xhat, r, c)?)];
+    if gamma.is_some() {
+        let cx = g.mul(ct, xhat)?;
+        out.push(Some(sum_rows(g, cx)?));
+    }
+    if ins.len() > 2 {
+        out.push(Some(sum_rows(g, ct)?));
+    }
+    Ok(out)
+}
+
+pub(crate) fn jvp(g: &mut Graph, rms: bool, eps: f32, ins: &[NodeId], t: &[Option<NodeId>]) -> Result<Option<NodeId>> {
+    let (x, gamma) = (ins[0], ins.get(1).copied());
+    let (xhat, r) = normalized(g, rms, eps, x)?;
+    let mut total = None;
+    if let Some(tx) = t[0] {
+        let d = normalize_linear(g, rms, xhat, r, tx)?;
+        total = Some(match gamma {
+            Some(gm) => g.mul(d, gm)?,
+            None => d,
+        });
+    }
+    if let Some(Some(tg)) = t.get(1) {
+        let term = g.mul(xhat, *tg)?;
+        total = g.add_opt(total, Some(term))?;
+    }
+    if let Some(Some(tb)) = t.get(2) {
+        let dims = g.dims(x).to_vec();
+        let term = g.broadcast_to(*tb, &dims)?;
+        total = g.add_opt(total, Some(term))?;
+    }
+    Ok(total)
+}

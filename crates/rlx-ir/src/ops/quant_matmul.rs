@@ -9,6 +9,12 @@
 //! of 32 values (scale `max|x|/127`, round half away from zero), as llama.cpp does for its
 //! integer dot products; the result is then the exact product of that quantized row with
 //! `W`, accumulated in f32. Without it, `x` is used as is.
+//!
+//! `dequantize(w)` decodes the rows to f32 `[n, k]` exactly as `rlx_ir::quant` does.
+//!
+//! Derivatives: linear in `x` (`W` is data, with none): `dx = ct @ W`. With
+//! `q8_activations` the quantization is treated as the identity (straight-through), its
+//! derivative being zero almost everywhere.
 
 use super::{Op, Operand};
 use crate::quant::QuantScheme;
@@ -37,7 +43,24 @@ pub(crate) fn infer(scheme: QuantScheme, q8_activations: bool, x: Operand, w: Op
     Ok((DType::F32, dims))
 }
 
+pub(crate) fn infer_dequantize(scheme: QuantScheme, w: Operand) -> Result<(DType, Vec<usize>)> {
+    let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+    if w.dtype != DType::U8 || w.dims.len() != 2 || !w.dims[1].is_multiple_of(bb) {
+        return Err(Error::shape(format!(
+            "weights must be u8 [n, whole {} blocks of {bb} bytes], got {}",
+            scheme.name(),
+            w.ty()
+        )));
+    }
+    Ok((DType::F32, vec![w.dims[0], w.dims[1] / bb * bs]))
+}
+
 impl Graph {
+    /// Block-quantized rows `w [n, row_bytes]` decoded to f32 `[n, k]`.
+    pub fn dequantize(&mut self, w: NodeId, scheme: QuantScheme) -> Result<NodeId> {
+        self.push(Op::Dequantize { scheme }, &[w])
+    }
+
     /// `x @ W^T` for weights `w` holding `n` rows of `k` values in `scheme`.
     pub fn dequant_matmul(
         &mut self,
@@ -48,4 +71,9 @@ impl Graph {
     ) -> Result<NodeId> {
         self.push(Op::DequantMatMul { scheme, q8_activations }, &[x, w])
     }
+}
+
+pub(crate) fn vjp(g: &mut Graph, scheme: QuantScheme, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    let w = g.dequantize(ins[1], scheme)?;
+    Ok(vec![Some(g.matmul(ct, w)?), None])
 }

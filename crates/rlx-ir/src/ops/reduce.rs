@@ -95,3 +95,104 @@ impl Graph {
         self.push(Op::ArgMax { axis, keep_dims }, &[x])
     }
 }
+
+// Derivatives. sum / mean spread the cotangent evenly; max / min send it to the elements
+// equal to the result, split evenly among ties (JAX); prod sends `prod of the others`,
+// computed without dividing by zero: with no zero it is `out / x`; with one zero, the
+// product of the nonzero elements at the zero and 0 elsewhere; with two or more, 0.
+
+/// `y` (reduced over `axes`) reshaped with those axes kept as 1, then broadcast to x.
+fn expand_back(g: &mut Graph, y: NodeId, x: NodeId, axes: &[usize], keep_dims: bool) -> Result<NodeId> {
+    let xd = g.dims(x).to_vec();
+    let kept = reduced_dims(&xd, axes, true);
+    let y = if keep_dims || g.dims(y) == kept.as_slice() { y } else { g.reshape(y, &kept)? };
+    g.broadcast_to(y, &xd)
+}
+
+/// d out / d x for reduction `op` (x's dims), or None when it is a constant 1/count.
+fn partial(
+    g: &mut Graph,
+    op: ReduceOp,
+    axes: &[usize],
+    keep_dims: bool,
+    x: NodeId,
+    out: NodeId,
+) -> Result<Option<NodeId>> {
+    let dt = g.dtype(x);
+    Ok(match op {
+        ReduceOp::Sum | ReduceOp::Mean => None,
+        ReduceOp::Max | ReduceOp::Min => {
+            let o = expand_back(g, out, x, axes, keep_dims)?;
+            let hit = g.eq(x, o)?;
+            let hit = g.mask(hit, dt)?;
+            let count = g.reduce(ReduceOp::Sum, hit, axes, true)?;
+            let xd = g.dims(x).to_vec();
+            let count = g.broadcast_to(count, &xd)?;
+            Some(g.div(hit, count)?)
+        }
+        ReduceOp::Prod => {
+            let zero = g.scalar_f64(dt, 0.0)?;
+            let one = g.scalar_f64(dt, 1.0)?;
+            let is_zero = g.eq(x, zero)?;
+            let zero_mask = g.mask(is_zero, dt)?;
+            let nz = g.reduce(ReduceOp::Sum, zero_mask, axes, true)?;
+            let ones = g.full_like(x, 1.0)?;
+            let nonzero = g.where_(is_zero, ones, x)?;
+            let pnz = g.reduce(ReduceOp::Prod, nonzero, axes, true)?;
+            let xd = g.dims(x).to_vec();
+            let (nz, pnz) = (g.broadcast_to(nz, &xd)?, g.broadcast_to(pnz, &xd)?);
+            let o = expand_back(g, out, x, axes, keep_dims)?;
+            let no_zero = g.div(o, x)?;
+            let none = g.eq(nz, zero)?;
+            let single = g.eq(nz, one)?;
+            let nothing = g.full_like(x, 0.0)?;
+            let at_zero = g.where_(is_zero, pnz, nothing)?;
+            let one_zero = g.where_(single, at_zero, nothing)?;
+            Some(g.where_(none, no_zero, one_zero)?)
+        }
+    })
+}
+
+pub(crate) fn vjp(
+    g: &mut Graph,
+    op: ReduceOp,
+    axes: &[usize],
+    keep_dims: bool,
+    x: NodeId,
+    out: NodeId,
+    ct: NodeId,
+) -> Result<Vec<Option<NodeId>>> {
+    if !g.is_differentiable(x) {
+        return Ok(vec![None]);
+    }
+    let spread = expand_back(g, ct, x, axes, keep_dims)?;
+    let r = match partial(g, op, axes, keep_dims, x, out)? {
+        Some(d) => g.mul(spread, d)?,
+        None if op == ReduceOp::Mean => {
+            let n = g.reduced_count(x, axes);
+            let inv = g.scalar_like(x, 1.0 / n as f64)?;
+            g.mul(spread, inv)?
+        }
+        None => spread,
+    };
+    Ok(vec![Some(r)])
+}
+
+pub(crate) fn jvp(
+    g: &mut Graph,
+    op: ReduceOp,
+    axes: &[usize],
+    keep_dims: bool,
+    x: NodeId,
+    out: NodeId,
+    t: Option<NodeId>,
+) -> Result<Option<NodeId>> {
+    let Some(t) = t else { return Ok(None) };
+    Ok(Some(match partial(g, op, axes, keep_dims, x, out)? {
+        Some(d) => {
+            let td = g.mul(t, d)?;
+            g.reduce(ReduceOp::Sum, td, axes, keep_dims)?
+        }
+        None => g.reduce(op, t, axes, keep_dims)?,
+    }))
+}

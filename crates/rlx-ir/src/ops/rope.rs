@@ -56,3 +56,18 @@ impl Graph {
         self.push(Op::Rope { style, base: F32Attr(base), rotary_dims }, &[x, positions])
     }
 }
+
+// Derivatives: a rotation by `pos * theta` is linear and orthogonal in `x`, so its
+// transpose is the rotation by the negated positions; positions have none.
+
+pub(crate) fn vjp(
+    g: &mut Graph,
+    style: RopeStyle,
+    base: f32,
+    rotary_dims: usize,
+    ins: &[NodeId],
+    ct: NodeId,
+) -> Result<Vec<Option<NodeId>>> {
+    let back = g.unary(super::Unary::Neg, ins[1])?;
+    Ok(vec![Some(g.rope(ct, back, style, base, Some(rotary_dims))?), None])
+}

@@ -1,7 +1,7 @@
 //! Direct NCHW convolution and pooling (semantics in `rlx_ir::ops::conv`).
 
 use crate::arena::{Args, Out, out_mut};
-use crate::buffer::{Class, Float};
+use crate::buffer::{Class, Float, Num};
 use crate::with_float;
 use rayon::prelude::*;
 use rlx_ir::{Conv2dParams, PoolParams, Result};
@@ -143,4 +143,165 @@ fn pool_typed<T: Float>(g: &Geometry, avg: Option<bool>, x: &[T], out: &mut [T])
             }
         }
     }
+}
+
+/// `dx` of conv2d (geometry of the forward conv: input `x`, weight `w`, output `g`).
+pub fn conv2d_grad_input(g: &Geometry, groups: usize, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    with_float!(class, T => {
+        grad_input_typed::<T>(g, groups, ins.get(0)?, ins.get(1)?, out_mut(out)?);
+        Ok(())
+    })
+}
+
+fn grad_input_typed<T: Float>(g: &Geometry, groups: usize, grad: &[T], w: &[T], dx: &mut [T]) {
+    let (cg, og) = (g.c / groups, g.o / groups);
+    let image = g.c * g.h * g.w;
+    if image == 0 {
+        return;
+    }
+    // One task per image: every output position scatters into its input window, in a
+    // fixed order per image.
+    let per_image = |b: usize, dx: &mut [T]| {
+        dx.fill(T::ZERO);
+        for f in 0..g.o {
+            let group = f / og;
+            for y in 0..g.oh {
+                for xo in 0..g.ow {
+                    let gv = grad[((b * g.o + f) * g.oh + y) * g.ow + xo];
+                    for ci in 0..cg {
+                        let chan = group * cg + ci;
+                        for ky in 0..g.kh {
+                            let Some(iy) = g.source(0, y, ky, g.h) else { continue };
+                            for kx in 0..g.kw {
+                                let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
+                                dx[(chan * g.h + iy) * g.w + ix] += gv * w[((f * cg + ci) * g.kh + ky) * g.kw + kx];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if rayon::current_num_threads() > 1 && g.n > 1 {
+        dx.par_chunks_mut(image).enumerate().for_each(|(b, d)| per_image(b, d));
+    } else {
+        dx.chunks_mut(image).enumerate().for_each(|(b, d)| per_image(b, d));
+    }
+}
+
+/// `dw` of conv2d (geometry of the forward conv).
+pub fn conv2d_grad_weight(g: &Geometry, groups: usize, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    with_float!(class, T => {
+        grad_weight_typed::<T>(g, groups, ins.get(0)?, ins.get(1)?, out_mut(out)?);
+        Ok(())
+    })
+}
+
+fn grad_weight_typed<T: Float>(g: &Geometry, groups: usize, x: &[T], grad: &[T], dw: &mut [T]) {
+    let (cg, og) = (g.c / groups, g.o / groups);
+    let filter = cg * g.kh * g.kw;
+    if filter == 0 {
+        return;
+    }
+    // One task per filter: its taps summed over images and positions in a fixed order.
+    let per_filter = |f: usize, dw: &mut [T]| {
+        let group = f / og;
+        for ci in 0..cg {
+            let chan = group * cg + ci;
+            for ky in 0..g.kh {
+                for kx in 0..g.kw {
+                    let mut acc = T::ZERO;
+                    for b in 0..g.n {
+                        for y in 0..g.oh {
+                            let Some(iy) = g.source(0, y, ky, g.h) else { continue };
+                            for xo in 0..g.ow {
+                                let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
+                                acc += grad[((b * g.o + f) * g.oh + y) * g.ow + xo]
+                                    * x[((b * g.c + chan) * g.h + iy) * g.w + ix];
+                            }
+                        }
+                    }
+                    dw[(ci * g.kh + ky) * g.kw + kx] = acc;
+                }
+            }
+        }
+    };
+    if rayon::current_num_threads() > 1 && g.o > 1 {
+        dw.par_chunks_mut(filter).enumerate().for_each(|(f, d)| per_filter(f, d));
+    } else {
+        dw.chunks_mut(filter).enumerate().for_each(|(f, d)| per_filter(f, d));
+    }
+}
+
+/// Position (row-major index in the plane) of the first maximum of window `(y, x)` of
+/// `src`; NaN counts as the maximum, as in the forward pool.
+fn window_argmax<T: Float>(g: &Geometry, src: &[T], y: usize, xo: usize) -> Option<usize> {
+    let mut best: Option<(usize, T)> = None;
+    for ky in 0..g.kh {
+        let Some(iy) = g.source(0, y, ky, g.h) else { continue };
+        for kx in 0..g.kw {
+            let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
+            let (at, v) = (iy * g.w + ix, src[iy * g.w + ix]);
+            let better = match best {
+                None => true,
+                Some((_, b)) => !b.is_nan() && (v.is_nan() || v > b),
+            };
+            if better {
+                best = Some((at, v));
+            }
+        }
+    }
+    best.map(|(at, _)| at)
+}
+
+/// `max_pool2d_grad(x, g)` (`select = false`, out like x) or `max_pool2d_select(x, t)`
+/// (`select = true`, out pooled).
+pub fn max_pool_route(g: &Geometry, select: bool, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    with_float!(class, T => {
+        let (x, v, out): (&[T], &[T], &mut [T]) = (ins.get(0)?, ins.get(1)?, out_mut(out)?);
+        let (plane, pooled) = (g.h * g.w, g.oh * g.ow);
+        if !select {
+            out.fill(T::ZERO);
+        }
+        for p in 0..g.n * g.c {
+            let src = &x[p * plane..(p + 1) * plane];
+            for y in 0..g.oh {
+                for xo in 0..g.ow {
+                    let Some(at) = window_argmax(g, src, y, xo) else { continue };
+                    let o = p * pooled + y * g.ow + xo;
+                    if select {
+                        out[o] = v[p * plane + at];
+                    } else {
+                        out[p * plane + at] += v[o];
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `avg_pool2d_grad(g)`: each window's gradient spread over its in-range positions.
+pub fn avg_pool_grad(g: &Geometry, count_include_pad: bool, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    with_float!(class, T => {
+        let (grad, dx): (&[T], &mut [T]) = (ins.get(0)?, out_mut(out)?);
+        let (plane, pooled) = (g.h * g.w, g.oh * g.ow);
+        dx.fill(T::ZERO);
+        for p in 0..g.n * g.c {
+            for y in 0..g.oh {
+                for xo in 0..g.ow {
+                    let rows = || (0..g.kh).filter_map(|ky| g.source(0, y, ky, g.h));
+                    let cols = || (0..g.kw).filter_map(|kx| g.source(1, xo, kx, g.w));
+                    let divisor = if count_include_pad { g.kh * g.kw } else { rows().count() * cols().count() };
+                    let share = grad[p * pooled + y * g.ow + xo] / T::from_usize(divisor);
+                    for iy in rows() {
+                        for ix in cols() {
+                            dx[p * plane + iy * g.w + ix] += share;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
 }

@@ -34,3 +34,27 @@ pub fn checked_index(ins: &Args, operand: usize, pos: usize, len: usize, what: &
         .filter(|&i| i < len)
         .ok_or_else(|| Error::runtime(format!("index {v} at position {pos} is out of range 0..{len} for {what}")))
 }
+
+#[derive(Clone, Debug)]
+pub struct ScatterPlan {
+    pub rows: usize,
+    pub row_len: usize,
+}
+
+/// Zeros, then each update row added at its index, in index order (repeats accumulate in
+/// a fixed order: the result does not depend on threads).
+pub fn scatter_add(plan: &ScatterPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    let count = ins.slot(0)?.len;
+    with_class!(class, T => {
+        let (updates, out): (&[T], &mut [T]) = (ins.get(1)?, out_mut(out)?);
+        out.fill(<T as crate::buffer::Num>::ZERO);
+        let w = plan.row_len;
+        for pos in 0..count {
+            let row = checked_index(ins, 0, pos, plan.rows, "scatter_add's table")?;
+            for (o, &u) in out[row * w..(row + 1) * w].iter_mut().zip(&updates[pos * w..(pos + 1) * w]) {
+                *o = crate::buffer::Num::add(*o, u);
+            }
+        }
+        Ok(())
+    })
+}

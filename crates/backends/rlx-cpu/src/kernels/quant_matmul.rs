@@ -683,6 +683,23 @@ multiversion! {
     }
 }
 
+/// `dequantize(w)`: the rows decoded to f32 (split across threads by rows: any split gives
+/// the same bits).
+pub fn dequantize(scheme: QuantScheme, k: usize, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
+    let (w, out): (&[u8], &mut [f32]) = (ins.get(0)?, out_mut(out)?);
+    let rb = k / scheme.block_size() * scheme.block_bytes();
+    if k == 0 || rb == 0 {
+        return Ok(());
+    }
+    let per = (1usize << 14).div_ceil(k).max(1);
+    if rayon::current_num_threads() > 1 && out.len() >= 1 << 15 {
+        out.par_chunks_mut(per * k).zip(w.par_chunks(per * rb)).for_each(|(o, s)| decode_rows(arm, scheme, k, s, o));
+    } else {
+        decode_rows(arm, scheme, k, w, out);
+    }
+    Ok(())
+}
+
 fn tiled_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k, n, rb) = (p.m, p.k, p.n, p.row_bytes());
     let tile = TILE_ROWS.min(n);

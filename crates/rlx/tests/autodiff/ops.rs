@@ -1,0 +1,366 @@
+//! Every differentiable op against central finite differences in f64: the gradient
+//! (`grad_with_loss`), a directional derivative (`jvp`) and a Hessian-vector product
+//! (`hvp`, checked against finite differences of the gradient). Table-driven: op, input
+//! domain (chosen away from kinks and ties), dtype f64, tolerance.
+
+use super::*;
+use rlx::ir::quant::{QuantScheme, quantize};
+
+/// Relative step of the central differences: truncation error ~h^2, rounding ~eps/h.
+const H: f64 = 1e-5;
+
+struct Case {
+    name: String,
+    specs: Vec<Spec>,
+    build: Build,
+    /// Tolerance (relative to 1 + |finite difference|) of first and second order.
+    tol: (f64, f64),
+    /// The finite-difference step, relative to max(1, |x|).
+    h: f64,
+}
+
+fn case(name: &str, specs: Vec<Spec>, build: impl Fn(&mut Graph, &[NodeId]) -> Result<NodeId> + 'static) -> Case {
+    Case { name: name.to_string(), specs, build: Box::new(build), tol: (1e-6, 1e-5), h: H }
+}
+
+fn seed_of(name: &str) -> u64 {
+    name.bytes().fold(1469598103934665603u64, |h, b| (h ^ b as u64).wrapping_mul(1099511628211))
+}
+
+fn check(c: &Case) {
+    let seed = seed_of(&c.name);
+    let mut rng = Rng::new(seed);
+    let xs = draw(&mut rng, &c.specs);
+    let f = scalar_graph(&c.specs, &c.build, seed);
+    let float_ids: Vec<usize> = (0..c.specs.len()).filter(|&i| matches!(c.specs[i], Spec::Float { .. })).collect();
+    let names: Vec<String> = float_ids.iter().map(|i| format!("x{i}")).collect();
+    let wrt: Vec<&str> = names.iter().map(String::as_str).collect();
+    let what = |s: &str| format!("{} {s}", c.name);
+
+    let mut forward = Runner::new(&f);
+    let loss = |forward: &mut Runner, xs: &[HostTensor]| forward.run(&named(xs))[0][0];
+    let one = HostTensor::from_f64_as(DType::F64, &[], &[1.0]).unwrap();
+    let gr = grad_with_loss(&f, &wrt).unwrap();
+    let mut grads = Runner::new(&gr);
+    let grad_at = |grads: &mut Runner, xs: &[HostTensor]| {
+        let mut feed = named(xs);
+        feed.push(("d_output".into(), one.clone()));
+        grads.run(&feed)
+    };
+    let got = grad_at(&mut grads, &xs);
+    assert!((got[0][0] - loss(&mut forward, &xs)).abs() <= 1e-12 * (1.0 + got[0][0].abs()), "{}", what("loss"));
+    for (k, &i) in float_ids.iter().enumerate() {
+        let fd: Vec<f64> = (0..xs[i].len())
+            .map(|j| {
+                let h = c.h * xs[i].to_f64_vec()[j].abs().max(1.0);
+                let mut plus = xs.to_vec();
+                plus[i] = nudged(&xs[i], j, h);
+                let mut minus = xs.to_vec();
+                minus[i] = nudged(&xs[i], j, -h);
+                (loss(&mut forward, &plus) - loss(&mut forward, &minus)) / (2.0 * h)
+            })
+            .collect();
+        assert_close(&got[1 + k], &fd, c.tol.0, &what(&format!("d/dx{i}")));
+    }
+
+    // A random direction v over every float input.
+    let v: Vec<HostTensor> = draw(&mut rng, &c.specs);
+    let along = |s: f64| -> Vec<HostTensor> {
+        xs.iter().enumerate().map(|(i, x)| if float_ids.contains(&i) { axpy(x, s, &v[i]) } else { x.clone() }).collect()
+    };
+    let tangent_feed = |xs: &[HostTensor]| {
+        let mut feed = named(xs);
+        for &i in &float_ids {
+            feed.push((format!("tangent_x{i}"), v[i].clone()));
+        }
+        feed
+    };
+    let fd_dir = (loss(&mut forward, &along(c.h)) - loss(&mut forward, &along(-c.h))) / (2.0 * c.h);
+    let mut jv = Runner::new(&jvp(&f, &wrt).unwrap());
+    let out = jv.run(&tangent_feed(&xs));
+    assert_close(&out[1], &[fd_dir], c.tol.0, &what("jvp"));
+
+    // H v against finite differences of the gradient along v.
+    let mut hv = Runner::new(&hvp(&f, &wrt).unwrap());
+    let out = hv.run(&tangent_feed(&xs));
+    let (up, down) = (grad_at(&mut grads, &along(c.h)), grad_at(&mut grads, &along(-c.h)));
+    for k in 0..float_ids.len() {
+        let fd: Vec<f64> = up[1 + k].iter().zip(&down[1 + k]).map(|(a, b)| (a - b) / (2.0 * c.h)).collect();
+        assert_close(&out[1 + float_ids.len() + k], &fd, c.tol.1, &what(&format!("hvp x{}", float_ids[k])));
+        assert_close(&out[1 + k], &got[1 + k], 1e-12, &what("hvp's gradient"));
+    }
+}
+
+fn unary_domain(u: Unary) -> (f64, f64) {
+    match u {
+        Unary::Log | Unary::Sqrt | Unary::Rsqrt => (0.3, 3.0),
+        Unary::Recip => (0.5, 2.0),
+        Unary::Ln1p => (-0.5, 2.0),
+        Unary::Tan => (-1.0, 1.0),
+        // Away from the kink at 0.
+        Unary::Abs | Unary::Relu => (0.2, 2.0),
+        _ => (-2.0, 2.0),
+    }
+}
+
+fn elementwise_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for u in Unary::ALL {
+        let (lo, hi) = unary_domain(u);
+        cases.push(case(u.name(), vec![float(&[2, 3], lo, hi)], move |g, x| g.unary(u, x[0])));
+    }
+    // Abs and relu on the negative side too.
+    cases.push(case("abs_negative", vec![float(&[4], -2.0, -0.2)], |g, x| g.unary(Unary::Abs, x[0])));
+    cases.push(case("relu_negative", vec![float(&[4], -2.0, -0.2)], |g, x| g.unary(Unary::Relu, x[0])));
+    for op in BinaryOp::ALL {
+        let (lo, hi) = match op {
+            BinaryOp::Pow => (0.5, 2.0),
+            BinaryOp::Div => (0.5, 2.0),
+            _ => (-2.0, 2.0),
+        };
+        // Broadcasting both ways: [2, 3] with [3], and [2, 1] with [1, 3].
+        cases.push(case(
+            &format!("{}_bcast_row", op.name()),
+            vec![float(&[2, 3], lo, hi), float(&[3], lo, hi)],
+            move |g, x| g.binary(op, x[0], x[1]),
+        ));
+        cases.push(case(
+            &format!("{}_outer", op.name()),
+            vec![float(&[2, 1], lo, hi), float(&[1, 3], lo, hi)],
+            move |g, x| g.binary(op, x[0], x[1]),
+        ));
+    }
+    cases.push(case(
+        "where",
+        vec![float(&[2, 3], -1.0, 1.0), float(&[2, 3], -1.0, 1.0), float(&[3], -1.0, 1.0)],
+        |g, x| {
+            let c = g.gt(x[0], x[1])?;
+            g.where_(c, x[1], x[2])
+        },
+    ));
+    // f32 inside: a step of 1e-2 keeps f32 rounding (6e-8 / h) below the tolerance, and
+    // the truncation error (h^2 |f'''| / 6) too.
+    cases.push(Case {
+        tol: (1e-3, 1e-3),
+        h: 1e-2,
+        ..case("cast_through_f32", vec![float(&[5], -2.0, 2.0)], |g, x| {
+            let y = g.cast(x[0], DType::F32)?;
+            let y = g.unary(Unary::Tanh, y)?;
+            g.cast(y, DType::F64)
+        })
+    });
+    cases
+}
+
+fn structural_cases() -> Vec<Case> {
+    let mut cases = vec![
+        case("matmul", vec![float(&[2, 3], -1.0, 1.0), float(&[3, 4], -1.0, 1.0)], |g, x| g.matmul(x[0], x[1])),
+        case("matmul_batched_bcast", vec![float(&[2, 2, 3], -1.0, 1.0), float(&[3, 2], -1.0, 1.0)], |g, x| {
+            g.matmul(x[0], x[1])
+        }),
+        case("matmul_square", vec![float(&[3, 3], -1.0, 1.0)], |g, x| g.matmul(x[0], x[0])),
+        case("softmax", vec![float(&[2, 4], -2.0, 2.0)], |g, x| g.softmax(x[0], 1)),
+        case("softmax_axis0", vec![float(&[3, 2], -2.0, 2.0)], |g, x| g.softmax(x[0], 0)),
+        case("log_softmax", vec![float(&[2, 4], -2.0, 2.0)], |g, x| g.log_softmax(x[0], 1)),
+        case("layer_norm", vec![float(&[3, 5], -2.0, 2.0), float(&[5], 0.5, 1.5), float(&[5], -1.0, 1.0)], |g, x| {
+            g.layer_norm(x[0], Some(x[1]), Some(x[2]), 1e-5)
+        }),
+        case("layer_norm_plain", vec![float(&[2, 4], -2.0, 2.0)], |g, x| g.layer_norm(x[0], None, None, 1e-3)),
+        case("rms_norm", vec![float(&[3, 5], -2.0, 2.0), float(&[5], 0.5, 1.5)], |g, x| {
+            g.rms_norm(x[0], Some(x[1]), 1e-5)
+        }),
+        case("rms_norm_plain", vec![float(&[2, 4], -2.0, 2.0)], |g, x| g.rms_norm(x[0], None, 1e-6)),
+        case("reshape", vec![float(&[2, 3], -1.0, 1.0)], |g, x| {
+            let y = g.reshape(x[0], &[3, 2])?;
+            g.unary(Unary::Sin, y)
+        }),
+        case("transpose", vec![float(&[2, 3, 4], -1.0, 1.0)], |g, x| g.transpose(x[0], &[2, 0, 1])),
+        case("narrow", vec![float(&[3, 5], -1.0, 1.0)], |g, x| g.narrow(x[0], 1, 1, 3)),
+        case("narrow_edge", vec![float(&[4, 2], -1.0, 1.0)], |g, x| g.narrow(x[0], 0, 0, 2)),
+        case("concat", vec![float(&[2, 2], -1.0, 1.0), float(&[2, 3], -1.0, 1.0)], |g, x| {
+            g.concat(&[x[0], x[1], x[0]], 1)
+        }),
+        case("expand", vec![float(&[1, 3], -1.0, 1.0)], |g, x| g.expand(x[0], &[2, 4, 3])),
+        case("gather", vec![float(&[4, 3], -1.0, 1.0), int(&[2, 2], &[3, 0, 3, 1])], |g, x| g.gather(x[0], x[1])),
+        case("scatter_add", vec![int(&[3], &[2, 0, 2]), float(&[3, 2], -1.0, 1.0)], |g, x| {
+            g.scatter_add(x[0], x[1], 4)
+        }),
+        case("cross_entropy", vec![float(&[3, 4], -2.0, 2.0), int(&[3], &[1, 3, 0])], |g, x| {
+            g.cross_entropy(x[0], x[1])
+        }),
+    ];
+    for op in ReduceOp::ALL {
+        for (axes, keep) in [(vec![1], false), (vec![0, 2], true)] {
+            let name = format!("{}_{:?}_{keep}", op.name(), axes);
+            let lo = if op == ReduceOp::Prod { 0.5 } else { -2.0 };
+            cases.push(case(&name, vec![float(&[2, 3, 2], lo, 2.0)], move |g, x| g.reduce(op, x[0], &axes, keep)));
+        }
+    }
+    // prod with an exact zero, and with two: the zero-safe derivative (prod is multilinear,
+    // so central differences are exact there).
+    for zeros in [1usize, 2] {
+        cases.push(case(&format!("prod_with_{zeros}_zeros"), vec![float(&[2, 3], 0.5, 2.0)], move |g, x| {
+            let mask: Vec<f64> = (0..6).map(|i| if i < zeros { 0.0 } else { 1.0 }).collect();
+            let m = g.constant_tensor(HostTensor::from_f64_as(DType::F64, &[2, 3], &mask)?)?;
+            let y = g.mul(x[0], m)?;
+            g.reduce(ReduceOp::Prod, y, &[0, 1], false)
+        }));
+    }
+    cases
+}
+
+fn conv_cases() -> Vec<Case> {
+    let params = Conv2dParams { stride: [2, 1], padding: [1, 0, 1, 2], dilation: [1, 2], groups: 2 };
+    let pool = PoolParams { kernel: [2, 3], stride: [1, 2], padding: [1, 1, 0, 1] };
+    vec![
+        case(
+            "conv2d",
+            vec![float(&[2, 4, 5, 6], -1.0, 1.0), float(&[6, 2, 3, 2], -1.0, 1.0), float(&[6], -1.0, 1.0)],
+            move |g, x| g.conv2d(x[0], x[1], Some(x[2]), params),
+        ),
+        case("conv2d_plain", vec![float(&[1, 2, 4, 4], -1.0, 1.0), float(&[3, 2, 3, 3], -1.0, 1.0)], |g, x| {
+            g.conv2d(x[0], x[1], None, Conv2dParams::default().with_padding(1))
+        }),
+        case("max_pool2d", vec![float(&[2, 2, 4, 5], -2.0, 2.0)], move |g, x| g.max_pool2d(x[0], pool)),
+        case("avg_pool2d", vec![float(&[2, 2, 4, 5], -2.0, 2.0)], move |g, x| g.avg_pool2d(x[0], pool, false)),
+        case("avg_pool2d_pad", vec![float(&[1, 2, 4, 5], -2.0, 2.0)], move |g, x| g.avg_pool2d(x[0], pool, true)),
+        // The gradient ops as functions in their own right (second-order graphs use them).
+        case(
+            "conv2d_grad_input",
+            vec![float(&[2, 6, 3, 6], -1.0, 1.0), float(&[6, 2, 3, 2], -1.0, 1.0)],
+            move |g, x| g.conv2d_grad_input(x[0], x[1], params, [2, 4, 5, 6]),
+        ),
+        case(
+            "conv2d_grad_weight",
+            vec![float(&[2, 4, 5, 6], -1.0, 1.0), float(&[2, 6, 3, 6], -1.0, 1.0)],
+            move |g, x| g.conv2d_grad_weight(x[0], x[1], params, [6, 2, 3, 2]),
+        ),
+        case("max_pool2d_grad", vec![float(&[1, 2, 4, 5], -2.0, 2.0), float(&[1, 2, 4, 3], -1.0, 1.0)], move |g, x| {
+            g.max_pool2d_grad(x[0], x[1], pool)
+        }),
+        case(
+            "max_pool2d_select",
+            vec![float(&[1, 2, 4, 5], -2.0, 2.0), float(&[1, 2, 4, 5], -1.0, 1.0)],
+            move |g, x| g.max_pool2d_select(x[0], x[1], pool),
+        ),
+        case("avg_pool2d_grad", vec![float(&[1, 2, 4, 3], -1.0, 1.0)], move |g, x| {
+            g.avg_pool2d_grad(x[0], pool, false, [1, 2, 4, 5])
+        }),
+    ]
+}
+
+fn sequence_cases() -> Vec<Case> {
+    let qkv = |hq: usize, hkv: usize, sq: usize, skv: usize| {
+        vec![
+            float(&[1, hq, sq, 4], -1.0, 1.0),
+            float(&[1, hkv, skv, 4], -1.0, 1.0),
+            float(&[1, hkv, skv, 3], -1.0, 1.0),
+        ]
+    };
+    let mut bias = qkv(2, 2, 3, 4);
+    bias.push(float(&[1, 1, 3, 4], -1.0, 1.0));
+    let mut len = qkv(4, 2, 2, 5);
+    len.push(int(&[1], &[4]));
+    let mut kv = vec![float(&[1, 2, 5, 3], -1.0, 1.0), float(&[1, 2, 2, 3], -1.0, 1.0)];
+    kv.push(int(&[], &[2]));
+    let w: Vec<f32> = (0..3 * 64).map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0).collect();
+    let packed = quantize(QuantScheme::Q8_0, &w).unwrap();
+    vec![
+        case("attention", qkv(2, 2, 3, 3), |g, x| g.attention(x[0], x[1], x[2], AttentionMask::None, None)),
+        case("attention_causal_gqa", qkv(4, 2, 3, 5), |g, x| {
+            g.attention(x[0], x[1], x[2], AttentionMask::Causal, Some(0.7))
+        }),
+        case("attention_bias", bias, |g, x| g.attention(x[0], x[1], x[2], AttentionMask::Bias(x[3]), None)),
+        case("attention_causal_len", len, |g, x| g.attention(x[0], x[1], x[2], AttentionMask::CausalLen(x[3]), None)),
+        case("rope_neox", vec![float(&[2, 3, 6], -1.0, 1.0), int(&[3], &[0, 5, 17])], |g, x| {
+            g.rope(x[0], x[1], RopeStyle::NeoX, 100.0, Some(4))
+        }),
+        case("rope_gptj", vec![float(&[3, 4], -1.0, 1.0), int(&[3], &[2, 3, 9])], |g, x| {
+            g.rope(x[0], x[1], RopeStyle::GptJ, 10000.0, None)
+        }),
+        case("kv_append", kv, |g, x| g.kv_append(x[0], x[1], x[2], 2)),
+        case("dequant_matmul", vec![float(&[2, 64], -1.0, 1.0)], move |g, x| {
+            let bytes = HostTensor::from_bytes(DType::U8, &[3, 68], packed.clone())?;
+            let w = g.constant_tensor(bytes)?;
+            let x32 = g.cast(x[0], DType::F32)?;
+            let y = g.dequant_matmul(x32, w, QuantScheme::Q8_0, false)?;
+            g.cast(y, DType::F64)
+        }),
+    ]
+    .into_iter()
+    // f32 inside (linear in x: the step only has to beat f32 rounding).
+    .map(|c| if c.name == "dequant_matmul" { Case { tol: (1e-3, 1e-3), h: 1e-2, ..c } } else { c })
+    .collect()
+}
+
+#[test]
+fn elementwise_ops_match_finite_differences() {
+    elementwise_cases().iter().for_each(check);
+}
+
+#[test]
+fn structural_ops_match_finite_differences() {
+    structural_cases().iter().for_each(check);
+}
+
+#[test]
+fn conv_and_pool_ops_match_finite_differences() {
+    conv_cases().iter().for_each(check);
+}
+
+#[test]
+fn sequence_ops_match_finite_differences() {
+    sequence_cases().iter().for_each(check);
+}
+
+#[test]
+fn every_differentiable_op_has_a_case() {
+    // Op names the tables above exercise; a new op must join them.
+    let names: Vec<String> = [elementwise_cases(), structural_cases(), conv_cases(), sequence_cases()]
+        .into_iter()
+        .flatten()
+        .map(|c| c.name)
+        .collect();
+    for op in [
+        "matmul",
+        "reduce_sum",
+        "reduce_mean",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "rms_norm",
+        "reshape",
+        "transpose",
+        "narrow",
+        "concat",
+        "expand",
+        "gather",
+        "scatter_add",
+        "cross_entropy",
+        "conv2d",
+        "max_pool2d",
+        "avg_pool2d",
+        "conv2d_grad_input",
+        "conv2d_grad_weight",
+        "max_pool2d_grad",
+        "max_pool2d_select",
+        "avg_pool2d_grad",
+        "attention",
+        "rope",
+        "kv_append",
+        "dequant_matmul",
+        "where",
+        "cast",
+    ] {
+        assert!(names.iter().any(|n| n.starts_with(op)), "no finite-difference case for {op}");
+    }
+    for u in Unary::ALL {
+        assert!(names.iter().any(|n| n == u.name()), "no case for {}", u.name());
+    }
+    for b in BinaryOp::ALL {
+        assert!(names.iter().any(|n| n.starts_with(b.name())), "no case for {}", b.name());
+    }
+}
