@@ -5,7 +5,8 @@
 //! A transform copies the forward graph (same inputs and params, same names, shapes and
 //! dtypes, in the same order), then appends the derivative nodes that each op's rule
 //! builds (`Graph::vjp` / `Graph::jvp`, the rules living beside each op family's shape
-//! rule in rlx-ir). Only nodes on a path from a `wrt` leaf to the loss are visited.
+//! rule in rlx-ir, applied by the passes in `rlx_ir::derivative`). Only nodes on a path
+//! from a `wrt` leaf to the loss are visited.
 //! A `wrt` leaf the loss does not depend on gets zeros of its own dims and dtype.
 //!
 //! Seeds and tangents are new inputs: `d_output`, `tangent_<name>`. When the forward
@@ -14,7 +15,8 @@
 //!
 //! Architecture invariant: depends on rlx-ir only; never on the compiler or a backend.
 
-use rlx_ir::{Error, Graph, HostTensor, NodeId, Result};
+use rlx_ir::derivative::{backprop, copy_graph, forward_tangents, free_name};
+use rlx_ir::{Error, Graph, NodeId, Result};
 
 /// Backward graph of a forward graph whose first output is a scalar loss: it keeps the
 /// forward's inputs and params and adds an input `d_output` shaped like the loss (the
@@ -82,7 +84,7 @@ fn build_grad(forward: &Graph, wrt: &[&str], seed: Seed, with_loss: bool) -> Res
         }
         Seed::One => g.full(dt, &dims, 1.0)?,
     };
-    let grads = backprop(&mut g, forward.len(), loss, seed, &leaves)?;
+    let grads = backprop(&mut g, forward.len(), &[(loss, seed)], &leaves)?;
     let mut outputs = if with_loss { vec![loss] } else { Vec::new() };
     outputs.extend(grads);
     g.set_outputs(&outputs)?;
@@ -91,14 +93,7 @@ fn build_grad(forward: &Graph, wrt: &[&str], seed: Seed, with_loss: bool) -> Res
 
 /// The forward graph copied node for node (ids are preserved), and the `wrt` leaves.
 fn copy(forward: &Graph, wrt: &[&str], what: &str) -> Result<(Graph, Vec<NodeId>)> {
-    let mut g = Graph::new(&format!("{}_{what}", forward.name()));
-    for (_, node) in forward.nodes() {
-        if node.op().is_leaf() {
-            g.push_leaf(node.op().clone(), node.dtype(), node.dims())?;
-        } else {
-            g.push(node.op().clone(), node.inputs())?;
-        }
-    }
+    let g = copy_graph(forward, &format!("{}_{what}", forward.name()))?;
     let mut leaves = Vec::new();
     for (i, name) in wrt.iter().enumerate() {
         let id = forward.find_leaf(name).ok_or_else(|| {
@@ -122,58 +117,10 @@ fn copy(forward: &Graph, wrt: &[&str], what: &str) -> Result<(Graph, Vec<NodeId>
     Ok((g, leaves))
 }
 
-/// `base`, or `base_2`, `base_3`, ... : the first name no leaf of `g` uses.
-fn free_name(g: &Graph, base: &str) -> String {
-    if g.find_leaf(base).is_none() {
-        return base.to_string();
-    }
-    (2..).map(|k| format!("{base}_{k}")).find(|n| g.find_leaf(n).is_none()).expect("some suffix is free")
-}
-
-/// Zeros of `id`'s dims and dtype, as a constant holding every byte (a bf16 leaf gets 2
-/// bytes per element, an f64 one 8).
-fn zeros_of(g: &mut Graph, id: NodeId) -> Result<NodeId> {
-    let (dt, dims) = (g.dtype(id), g.dims(id).to_vec());
-    g.constant_tensor(HostTensor::zeros(dt, &dims)?)
-}
-
-/// Reverse mode over the first `n` nodes of `g` (the copied forward): cotangents from
-/// `loss` (seeded with `seed`) back to each leaf in `leaves`.
-fn backprop(g: &mut Graph, n: usize, loss: NodeId, seed: NodeId, leaves: &[NodeId]) -> Result<Vec<NodeId>> {
-    let ids: Vec<NodeId> = g.nodes().take(n).map(|(id, _)| id).collect();
-    // Nodes that depend on a wrt leaf through float values.
-    let mut live = vec![false; n];
-    for &id in &ids {
-        let node = g.node(id).expect("copied node");
-        live[id.index()] =
-            leaves.contains(&id) || (g.is_differentiable(id) && node.inputs().iter().any(|i| live[i.index()]));
-    }
-    let mut ct: Vec<Option<NodeId>> = vec![None; n];
-    ct[loss.index()] = Some(seed);
-    for &id in ids.iter().rev() {
-        let Some(c) = ct[id.index()] else { continue };
-        let node = g.node(id).expect("copied node");
-        if !live[id.index()] || node.op().is_leaf() {
-            continue;
-        }
-        let inputs = node.inputs().to_vec();
-        let cts = g.vjp(id, c)?;
-        for (input, c_in) in inputs.into_iter().zip(cts) {
-            let Some(c_in) = c_in else { continue };
-            if !live[input.index()] {
-                continue;
-            }
-            ct[input.index()] = g.add_opt(ct[input.index()], Some(c_in))?;
-        }
-    }
-    leaves.iter().map(|&l| ct[l.index()].map_or_else(|| zeros_of(g, l), Ok)).collect()
-}
-
 /// Forward mode over `g`: adds a `tangent_<name>` input per leaf and returns the tangent
 /// of each of `outputs` (zeros where nothing flows).
 fn forward_mode(g: &mut Graph, leaves: &[NodeId], outputs: &[NodeId], wrt: &[&str]) -> Result<Vec<NodeId>> {
-    let ids: Vec<NodeId> = g.nodes().map(|(id, _)| id).collect();
-    let mut tan: Vec<Option<NodeId>> = vec![None; ids.len()];
+    let mut tangents = Vec::new();
     for (&leaf, name) in leaves.iter().zip(wrt) {
         if !g.is_differentiable(leaf) {
             return Err(Error::input(format!(
@@ -183,18 +130,7 @@ fn forward_mode(g: &mut Graph, leaves: &[NodeId], outputs: &[NodeId], wrt: &[&st
         }
         let input = free_name(g, &format!("tangent_{name}"));
         let (dt, dims) = (g.dtype(leaf), g.dims(leaf).to_vec());
-        tan[leaf.index()] = Some(g.input(&input, dt, &dims)?);
+        tangents.push((leaf, g.input(&input, dt, &dims)?));
     }
-    for &id in &ids {
-        let node = g.node(id).expect("graph node");
-        if node.op().is_leaf() {
-            continue;
-        }
-        let ts: Vec<Option<NodeId>> = node.inputs().iter().map(|i| tan[i.index()]).collect();
-        if ts.iter().all(Option::is_none) {
-            continue;
-        }
-        tan[id.index()] = g.jvp(id, &ts)?;
-    }
-    outputs.iter().map(|&o| tan[o.index()].map_or_else(|| zeros_of(g, o), Ok)).collect()
+    forward_tangents(g, &tangents, outputs)
 }

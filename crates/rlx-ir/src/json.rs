@@ -58,8 +58,8 @@ impl<'de> Deserialize<'de> for HostTensor {
 }
 
 impl Graph {
-    pub fn to_json(&self) -> Result<String> {
-        let doc = GraphDoc {
+    fn doc(&self) -> GraphDoc {
+        GraphDoc {
             format: FORMAT_NAME.to_string(),
             version: FORMAT_VERSION,
             name: self.name.clone(),
@@ -74,13 +74,20 @@ impl Graph {
                 })
                 .collect(),
             outputs: self.outputs.iter().map(|o| o.index() as u32).collect(),
-        };
-        serde_json::to_string_pretty(&doc).map_err(|e| Error::internal(format!("to_json: {e}")))
+        }
     }
 
-    /// Parses and re-types a document; a malformed, mistyped or unknown-version one is an `Err`.
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string_pretty(&self.doc()).map_err(|e| Error::internal(format!("to_json: {e}")))
+    }
+
     pub fn from_json(text: &str) -> Result<Graph> {
         let doc: GraphDoc = serde_json::from_str(text).map_err(|e| Error::parse(format!("graph JSON: {e}")))?;
+        Graph::from_doc(doc)
+    }
+
+    /// Rebuilds a document node by node through the shape rules.
+    fn from_doc(doc: GraphDoc) -> Result<Graph> {
         if doc.format != FORMAT_NAME {
             return Err(Error::parse(format!("graph JSON: format is '{}', expected '{FORMAT_NAME}'", doc.format)));
         }
@@ -118,6 +125,19 @@ impl Graph {
         let outputs: Vec<NodeId> = doc.outputs.iter().map(|&o| NodeId::from_index(o as usize)).collect();
         g.set_outputs(&outputs).map_err(|e| e.context("graph JSON outputs"))?;
         Ok(g)
+    }
+}
+
+/// A graph inside a document (a scan's body) is a nested document, re-typed on load.
+impl Serialize for Graph {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.doc().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Graph {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Graph::from_doc(GraphDoc::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 

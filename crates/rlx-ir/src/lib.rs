@@ -1,10 +1,11 @@
 //! RLX's tensor IR: [`DType`], [`HostTensor`], the SSA [`Graph`] with shape-inferring
-//! builders, the [`Op`] set (one file per family under `ops/`), a verifier and the JSON
-//! format.
+//! builders, the [`Op`] set (one file per family under `ops/`, each with its derivative
+//! rules), the derivative passes (`derivative`), a verifier and the JSON format.
 //!
 //! Architecture invariant: this crate knows nothing of execution. It never depends on a
 //! backend, a runtime or a file format other than its own JSON.
 
+pub mod derivative;
 mod dtype;
 mod error;
 mod graph;

@@ -201,6 +201,14 @@ impl<'a> Args<'a> {
         Ok(unsafe { std::slice::from_raw_parts(at(self.bases, s).cast::<T>(), s.len) })
     }
 
+    /// Operand `i`'s bytes (its storage class's layout).
+    pub fn bytes(&self, i: usize) -> Result<&'a [u8]> {
+        let s = self.slot(i)?;
+        debug_assert!(!self.outs.iter().any(|o| o.overlaps(&s)), "operand {i} aliases an output");
+        // SAFETY: as for `get`: in its buffer and not written during this step.
+        Ok(unsafe { std::slice::from_raw_parts(at(self.bases, s), s.bytes()) })
+    }
+
     /// Operand `i`'s first element, for kernels that run in place.
     pub fn ptr<T: Elem>(&self, i: usize) -> Result<*const T> {
         let s = self.slot(i)?;
@@ -273,6 +281,13 @@ impl<'a> Out<'a> {
         // SAFETY: in its buffer, aligned, disjoint from the step's inputs (module docs); the
         // borrow of `self` keeps it the only live view of any output.
         Ok(unsafe { std::slice::from_raw_parts_mut(p, self.slots[i].len) })
+    }
+
+    /// Output `i`'s bytes (its storage class's layout).
+    pub fn bytes_mut(&mut self, i: usize) -> Result<&mut [u8]> {
+        let s = self.slot(i)?;
+        // SAFETY: as for `get`.
+        Ok(unsafe { std::slice::from_raw_parts_mut(at(self.bases, s), s.bytes()) })
     }
 
     /// Outputs `i` and `j` (distinct) as typed mutable slices at once.

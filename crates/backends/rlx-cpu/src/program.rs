@@ -14,7 +14,7 @@ use crate::buffer::Class;
 use crate::features::Arm;
 use crate::kernels::{
     attention, conv, elementwise, elementwise::Broadcast, fused, gather, kv_cache, layout, loss, matmul, norm,
-    quant_matmul, reduce, reduce::AxisSplit, region, rope, softmax,
+    quant_matmul, reduce, reduce::AxisSplit, region, rope, scan, softmax,
 };
 use crate::param::ParamBuffer;
 use rayon::ThreadPool;
@@ -53,6 +53,7 @@ enum Kernel {
     Conv2dGradWeight { geometry: conv::Geometry, groups: usize },
     MaxPoolRoute { geometry: conv::Geometry, select: bool },
     AvgPoolGrad { geometry: conv::Geometry, count_include_pad: bool },
+    Scan(Arc<scan::ScanPlan>),
     Region(region::RegionPlan),
     MatMulBias { plan: matmul::MatMulPlan, act: Option<Unary> },
     SwiGlu,
@@ -160,8 +161,9 @@ impl CpuProgram {
             let in_dims: Vec<(DType, &[usize])> =
                 step.inputs.iter().map(|&v| (schedule.values[v].dtype, schedule.values[v].dims.as_slice())).collect();
             let out_value = &schedule.values[step.outputs[0]];
-            let kernel =
-                resolve(&step.kernel, &in_dims, &out_value.dims, threads, || schedule.describe(step.inputs[0]))?;
+            let kernel = resolve(&step.kernel, &in_dims, &out_value.dims, (options, threads), || {
+                schedule.describe(step.inputs[0])
+            })?;
             // The operand whose storage class instantiates the kernel (not a condition or
             // an index list).
             let main = if matches!(step.kernel, StepKernel::Op(Op::Where | Op::ScatterAdd { .. })) { 1 } else { 0 };
@@ -415,13 +417,13 @@ fn resolve(
     kernel: &StepKernel,
     ins: &[(DType, &[usize])],
     out: &[usize],
-    threads: usize,
+    (options, threads): (&CompileOptions, usize),
     first_operand: impl Fn() -> String,
 ) -> Result<Kernel> {
     let dims = |i: usize| ins[i].1;
     let last = |i: usize| *dims(i).last().unwrap_or(&0);
     Ok(match kernel {
-        StepKernel::Op(op) => plan(op, ins, out, threads, first_operand)?,
+        StepKernel::Op(op) => plan(op, ins, out, (options, threads), first_operand)?,
         StepKernel::Region(r) => {
             let input_dims: Vec<&[usize]> = ins.iter().map(|(_, d)| *d).collect();
             Kernel::Region(region::RegionPlan::new(r, out, &input_dims))
@@ -453,7 +455,7 @@ fn plan(
     op: &Op,
     ins: &[(DType, &[usize])],
     out: &[usize],
-    threads: usize,
+    (options, threads): (&CompileOptions, usize),
     first_operand: impl Fn() -> String,
 ) -> Result<Kernel> {
     let dims = |i: usize| ins[i].1;
@@ -553,6 +555,26 @@ fn plan(
             geometry: conv::Geometry::pool(input, dims(0), params),
             count_include_pad: *count_include_pad,
         },
+        Op::Scan { body, n_carry, n_bcast, checkpoints, output } => Kernel::Scan(Arc::new(scan::ScanPlan::new(
+            body,
+            None,
+            (*n_carry, *n_bcast),
+            *checkpoints,
+            scan::Selects::Carry(*output),
+            ins,
+            (options, threads),
+        )?)),
+        Op::ScanGrad { body, grad_body, n_carry, n_bcast, checkpoints, output } => {
+            Kernel::Scan(Arc::new(scan::ScanPlan::new(
+                body,
+                Some(grad_body),
+                (*n_carry, *n_bcast),
+                *checkpoints,
+                scan::Selects::Grad(*output),
+                ins,
+                (options, threads),
+            )?))
+        }
     })
 }
 
@@ -588,6 +610,7 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         Kernel::AvgPoolGrad { geometry, count_include_pad } => {
             conv::avg_pool_grad(geometry, *count_include_pad, class, ins, out)
         }
+        Kernel::Scan(p) => scan::scan(p, ins, out),
         Kernel::Region(p) => region::region(p, arm, ins, out),
         Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, arm, ins, out),
         Kernel::SwiGlu => fused::swiglu(arm, ins, out),

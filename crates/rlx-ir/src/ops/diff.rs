@@ -60,6 +60,10 @@ impl Graph {
             Op::KvAppend { axis } => super::kv_cache::vjp(self, *axis, &ins, ct),
             Op::DequantMatMul { scheme, .. } => super::quant_matmul::vjp(self, *scheme, &ins, ct),
             Op::Dequantize { .. } => Ok(vec![None]),
+            Op::Scan { .. } => super::scan::vjp_scan(self, &op, &ins, ct),
+            Op::ScanGrad { .. } => Err(Error::unsupported(
+                "reverse mode through a scan's backward loop (grad of grad through scan); hvp (forward over reverse) works",
+            )),
         };
         r.map_err(|e| e.context(format_args!("vjp of {}", self.describe(out))))
     }
@@ -110,6 +114,8 @@ impl Graph {
                 t[0].map(|t| self.dequant_matmul(t, ins[1], *scheme, false)).transpose()
             }
             Op::Dequantize { .. } => Ok(None),
+            Op::Scan { .. } => super::scan::jvp_scan(self, &op, &ins, t),
+            Op::ScanGrad { .. } => super::scan::jvp_scan_grad(self, &op, &ins, t),
         };
         r.map_err(|e| e.context(format_args!("jvp of {}", self.describe(out))))
     }

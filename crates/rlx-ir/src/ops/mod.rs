@@ -19,6 +19,7 @@ pub mod norm;
 pub mod quant_matmul;
 pub mod reduce;
 pub mod rope;
+pub mod scan;
 pub mod softmax;
 
 pub use attention::{AttentionMask, MaskKind};
@@ -28,7 +29,7 @@ pub use reduce::ReduceOp;
 pub use rope::RopeStyle;
 
 use crate::shape::fmt_type;
-use crate::{DType, Error, HostTensor, Result};
+use crate::{DType, Error, Graph, HostTensor, Result};
 use serde::{Deserialize, Serialize};
 use std::hash::{Hash, Hasher};
 
@@ -128,6 +129,18 @@ pub enum Op {
     MaxPool2dSelect { params: PoolParams },
     /// `[g]`: the gradient of `avg_pool2d`, `input` dims.
     AvgPool2dGrad { params: PoolParams, count_include_pad: bool, input: [usize; 4] },
+    /// `[inits..., bcast..., xs...]`: `body` looped over the leading axis of `xs`; the
+    /// result is final carry `output` (see `scan`).
+    Scan { body: Box<Graph>, n_carry: usize, n_bcast: usize, checkpoints: Option<usize>, output: usize },
+    /// `[inits..., bcast..., xs..., carry cotangents...]`: the backward loop of a scan.
+    ScanGrad {
+        body: Box<Graph>,
+        grad_body: Box<Graph>,
+        n_carry: usize,
+        n_bcast: usize,
+        checkpoints: Option<usize>,
+        output: scan::ScanGradOutput,
+    },
 }
 
 /// An operand's type, as seen by a shape rule.
@@ -184,6 +197,8 @@ impl Op {
             Op::MaxPool2dGrad { .. } => "max_pool2d_grad",
             Op::MaxPool2dSelect { .. } => "max_pool2d_select",
             Op::AvgPool2dGrad { .. } => "avg_pool2d_grad",
+            Op::Scan { .. } => "scan",
+            Op::ScanGrad { .. } => "scan_grad",
         }
     }
 
@@ -227,6 +242,8 @@ impl Op {
             Op::Conv2d { bias, .. } => Arity::Exactly(2 + *bias as usize),
             Op::Attention { mask, .. } => Arity::Exactly(3 + mask.has_operand() as usize),
             Op::Concat { .. } => Arity::AtLeast(1),
+            Op::Scan { n_carry, n_bcast, .. } => Arity::AtLeast(n_carry + n_bcast + 1),
+            Op::ScanGrad { n_carry, n_bcast, .. } => Arity::AtLeast(2 * n_carry + n_bcast + 1),
         }
     }
 
@@ -276,6 +293,12 @@ impl Op {
             Op::MaxPool2dGrad { params } => conv::infer_max_pool_grad(params, ins[0], ins[1]),
             Op::MaxPool2dSelect { params } => conv::infer_max_pool_select(params, ins[0], ins[1]),
             Op::AvgPool2dGrad { params, input, .. } => conv::infer_avg_pool_grad(params, input, ins[0]),
+            Op::Scan { body, n_carry, n_bcast, checkpoints, output } => {
+                scan::infer_scan(body, *n_carry, *n_bcast, *checkpoints, *output, ins)
+            }
+            Op::ScanGrad { body, grad_body, n_carry, n_bcast, checkpoints, output } => {
+                scan::infer_scan_grad(body, grad_body, *n_carry, *n_bcast, *checkpoints, *output, ins)
+            }
         };
         r.map_err(|e| e.context(self.name()))
     }

@@ -4,6 +4,7 @@
 
 mod compose;
 mod ops;
+mod scan;
 
 use rlx::prelude::*;
 use rlx_oracle::Rng;

@@ -17,4 +17,5 @@ pub mod reduce;
 pub mod region;
 pub mod rope;
 pub mod rows;
+pub mod scan;
 pub mod softmax;
