@@ -3,6 +3,7 @@
 //! (`compose.rs`), and JAX's values (`jax.rs`, fixtures from tools/autodiff).
 
 mod compose;
+mod jax;
 mod ops;
 mod scan;
 
