@@ -1,0 +1,17 @@
+//! Training with RLX: the UCI digits data (`data`), networks (`models`: MLP, CNN,
+//! character transformer), the loop (`trainer`: a compiled gradient graph and an
+//! optimizer), and loss-curve charts (`plot`). `rlx train` and `rlx demo` drive it.
+//!
+//! Architecture invariant: networks are IR graphs differentiated by rlx-autodiff and run
+//! through rlx-runtime; nothing here calls a kernel.
+
+pub mod data;
+pub mod models;
+pub mod plot;
+pub mod run;
+pub mod trainer;
+
+pub use data::{Digits, Rng};
+pub use models::{Network, TransformerConfig, accuracy, char_transformer, cnn, mlp};
+pub use run::{Epoch, RunConfig, train_digits};
+pub use trainer::Trainer;
