@@ -53,7 +53,7 @@ pub struct Digits {
 impl Digits {
     /// The whole set.
     pub fn load() -> Result<Digits> {
-        if RAW.len() % (PIXELS + 1) != 0 {
+        if !RAW.len().is_multiple_of(PIXELS + 1) {
             return Err(Error::parse(format!("digits.bin: {} bytes is not whole 65-byte records", RAW.len())));
         }
         let mut images = Vec::new();

@@ -25,6 +25,10 @@ pub struct ParamSpec {
     pub init: Init,
 }
 
+/// Builds the body of a network: from inputs `x`, `y` and the batch size to
+/// `(loss, logits)` (params are already declared).
+type Build = Box<dyn Fn(&mut Graph, NodeId, NodeId, usize) -> Result<(NodeId, NodeId)> + Send + Sync>;
+
 /// A trainable network.
 pub struct Network {
     pub name: String,
@@ -35,7 +39,7 @@ pub struct Network {
     pub x_dtype: DType,
     /// Dims of one example's targets `y` (`[]` for a class label).
     pub target: Vec<usize>,
-    build: Box<dyn Fn(&mut Graph, NodeId, NodeId, usize) -> Result<(NodeId, NodeId)> + Send + Sync>,
+    build: Build,
 }
 
 impl Network {
