@@ -8,6 +8,7 @@ mod info;
 mod inspect;
 mod llm;
 mod run;
+mod train;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -95,6 +96,31 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Train the digits MLP or CNN (held-out accuracy, loss-curve PNG), or a character
+    /// transformer on an embedded text (then a sample).
+    Train {
+        /// `mlp`, `cnn` or `char`.
+        #[arg(default_value = "mlp")]
+        model: String,
+        /// Epochs (for `char`: steps).
+        #[arg(long)]
+        epochs: Option<usize>,
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Peak learning rate (linear warmup, cosine decay).
+        #[arg(long)]
+        lr: Option<f32>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// `adamw`, `adam`, `sgd` (Nesterov momentum) or `lion`.
+        #[arg(long, default_value = "adamw")]
+        optimizer: String,
+        /// Where to write the loss curve (default rlx-train-MODEL.png).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// Print the CPU features found and the arm each kernel family uses.
     Info,
     /// Measure against anchors in one run: `kernels` (glibc, NumPy, OpenBLAS, FMA peak),
@@ -170,6 +196,9 @@ fn main() -> ExitCode {
         Command::Run { graph, inputs, params, out } => run::run(&graph, &inputs, &params, out.as_deref()),
         Command::Demo => demo::demo(),
         Command::Check { graph, backend, json } => check::check(&graph, &backend, json),
+        Command::Train { model, epochs, batch, lr, seed, optimizer, plot, threads } => {
+            train::train(&train::TrainArgs { model, epochs, batch, lr, seed, optimizer, plot, threads })
+        }
         Command::Info => info::info(),
         Command::Bench { what, model, threads, llama_cpp } if what == "llm" => {
             llm::bench_llm(model.as_deref(), &threads, llama_cpp)

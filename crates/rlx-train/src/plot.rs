@@ -154,8 +154,9 @@ pub fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series
     if y1 == y0 {
         y1 = y0 + 1.0;
     }
+    // 5% headroom, but not below zero for data that never goes there (a loss).
     let pad = (y1 - y0) * 0.05;
-    let (y0, y1) = (y0 - pad, y1 + pad);
+    let (y0, y1) = (if y0 >= 0.0 { (y0 - pad).max(0.0) } else { y0 - pad }, y1 + pad);
     let mut c = Canvas { px: vec![255; W * H * 3] };
     let [ml, mr, mt, mb] = MARGIN.map(|m| m as i64);
     let (pw, ph) = (W as i64 - ml - mr, H as i64 - mt - mb);

@@ -12,7 +12,9 @@ pub use rlx_io as io;
 pub use rlx_ir as ir;
 pub use rlx_ir::{Error, ErrorKind, Result};
 pub use rlx_models as models;
+pub use rlx_optim as optim;
 pub use rlx_runtime as runtime;
+pub use rlx_train as train;
 
 /// Everything the API contract promises, in one import.
 pub mod prelude {

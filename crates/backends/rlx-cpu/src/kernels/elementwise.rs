@@ -14,18 +14,20 @@ use rlx_ir::{BinaryOp, CompareOp, DType, Error, Result, Unary};
 #[derive(Clone, Debug)]
 pub struct Broadcast {
     out_dims: Vec<usize>,
-    /// Per operand, element strides over `out_dims` (0 along broadcast axes).
-    strides: Vec<Vec<usize>>,
     /// Every operand already has the output's shape: plain zip.
     same_shape: bool,
+    /// Dims and per-operand element strides (0 along broadcast axes), with adjacent axes
+    /// merged wherever every operand steps through them as one: `for_runs` walks these.
+    runs: (Vec<usize>, Vec<Vec<usize>>),
 }
 
 impl Broadcast {
     pub fn new(out_dims: &[usize], operands: &[&[usize]]) -> Broadcast {
+        let strides: Vec<Vec<usize>> = operands.iter().map(|d| broadcast_strides(d, out_dims)).collect();
         Broadcast {
             out_dims: out_dims.to_vec(),
-            strides: operands.iter().map(|d| broadcast_strides(d, out_dims)).collect(),
             same_shape: operands.iter().all(|d| *d == out_dims),
+            runs: merge_axes(out_dims, &strides),
         }
     }
 
@@ -36,42 +38,76 @@ impl Broadcast {
 
     /// `for_each` restricted to output elements `start..end`.
     pub fn for_range(&self, start: usize, end: usize, mut f: impl FnMut(usize, [usize; 3])) {
-        if self.same_shape {
-            (start..end).for_each(|i| f(i, [i; 3]));
+        self.for_runs(start, end, |out, offs, len, step| {
+            for i in 0..len {
+                f(out + i, [offs[0] + i * step[0], offs[1] + i * step[1], offs[2] + i * step[2]]);
+            }
+        })
+    }
+
+    /// Output elements `start..end` as runs along the innermost (merged) axis:
+    /// `f(first_out, operand_offsets, len, operand_steps)`, each step 0 or 1 for a
+    /// broadcast or a contiguous operand. Kernels loop a run with the step as a constant,
+    /// which vectorizes (the per-element odometer it replaced cost ~15% of a training step).
+    pub fn for_runs(&self, start: usize, end: usize, mut f: impl FnMut(usize, [usize; 3], usize, [usize; 3])) {
+        if start >= end {
             return;
         }
-        let rank = self.out_dims.len();
-        let stride = |k: usize, axis: usize| self.strides.get(k).map_or(0, |s| s[axis]);
-        // Odometer positioned at `start`.
-        let mut index = vec![0usize; rank];
-        let mut rest = start;
-        for axis in (0..rank).rev() {
-            let d = self.out_dims[axis].max(1);
-            index[axis] = rest % d;
-            rest /= d;
+        if self.same_shape {
+            return f(start, [start; 3], end - start, [1; 3]);
         }
-        let mut offs = [0usize; 3];
-        for (k, o) in offs.iter_mut().enumerate() {
-            *o = (0..rank).map(|axis| index[axis] * stride(k, axis)).sum();
+        let (dims, strides) = &self.runs;
+        let rank = dims.len();
+        if rank == 0 {
+            return f(start, [0; 3], 1, [0; 3]);
         }
-        for out in start..end {
-            f(out, offs);
-            // Odometer step: bump the last axis, carrying into earlier ones.
-            for axis in (0..rank).rev() {
-                index[axis] += 1;
+        let stride = |k: usize, axis: usize| strides.get(k).map_or(0, |s| s[axis]);
+        let inner = dims[rank - 1].max(1);
+        let step = [stride(0, rank - 1), stride(1, rank - 1), stride(2, rank - 1)];
+        let mut pos = start;
+        while pos < end {
+            let (row, col) = (pos / inner, pos % inner);
+            let len = (inner - col).min(end - pos);
+            let mut offs = [0usize; 3];
+            let mut rest = row;
+            for axis in (0..rank - 1).rev() {
+                let d = dims[axis].max(1);
+                let i = rest % d;
+                rest /= d;
                 for (k, o) in offs.iter_mut().enumerate() {
-                    *o += stride(k, axis);
+                    *o += i * stride(k, axis);
                 }
-                if index[axis] < self.out_dims[axis] {
-                    break;
-                }
-                for (k, o) in offs.iter_mut().enumerate() {
-                    *o -= stride(k, axis) * index[axis];
-                }
-                index[axis] = 0;
+            }
+            for (k, o) in offs.iter_mut().enumerate() {
+                *o += col * step[k];
+            }
+            f(pos, offs, len, step);
+            pos += len;
+        }
+    }
+}
+
+/// `dims` / per-operand `strides` with adjacent axes merged where every operand steps
+/// through the pair as through one axis (stride[i] == stride[i + 1] * dims[i + 1]).
+fn merge_axes(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut out_dims: Vec<usize> = Vec::new();
+    let mut out_strides: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
+    for axis in 0..dims.len() {
+        let mergeable = !out_dims.is_empty()
+            && strides.iter().zip(&out_strides).all(|(s, o)| *o.last().expect("nonempty") == s[axis] * dims[axis]);
+        if mergeable {
+            *out_dims.last_mut().expect("nonempty") *= dims[axis];
+            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                *o.last_mut().expect("nonempty") = s[axis];
+            }
+        } else {
+            out_dims.push(dims[axis]);
+            for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
+                o.push(s[axis]);
             }
         }
     }
+    (out_dims, out_strides)
 }
 
 pub fn binary(op: BinaryOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Out) -> Result<()> {
@@ -79,11 +115,42 @@ pub fn binary(op: BinaryOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut 
 }
 
 fn binary_typed<T: Num>(op: BinaryOp, bc: &Broadcast, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
-    let f = binary_fn::<T>(op);
-    par_chunks(out, |start, chunk| {
-        bc.for_range(start, start + chunk.len(), |i, o| chunk[i - start] = f(a[o[0]], b[o[1]]))
-    });
+    // One monomorphized loop per op, so the scalar function inlines into the run loops.
+    match op {
+        BinaryOp::Add => binary_runs(bc, a, b, out, T::add),
+        BinaryOp::Sub => binary_runs(bc, a, b, out, T::sub),
+        BinaryOp::Mul => binary_runs(bc, a, b, out, T::mul),
+        BinaryOp::Div => binary_runs(bc, a, b, out, T::div),
+        BinaryOp::Max => binary_runs(bc, a, b, out, T::max_nan),
+        BinaryOp::Min => binary_runs(bc, a, b, out, T::min_nan),
+        BinaryOp::Pow => binary_runs(bc, a, b, out, T::pow),
+    }
     Ok(())
+}
+
+#[inline(always)]
+fn binary_runs<T: Num>(bc: &Broadcast, a: &[T], b: &[T], out: &mut [T], f: impl Fn(T, T) -> T + Sync) {
+    par_chunks(out, |start, chunk| {
+        bc.for_runs(start, start + chunk.len(), |o, offs, len, step| {
+            let dst = &mut chunk[o - start..][..len];
+            match (step[0], step[1]) {
+                (1, 1) => dst
+                    .iter_mut()
+                    .zip(&a[offs[0]..][..len])
+                    .zip(&b[offs[1]..][..len])
+                    .for_each(|((d, &x), &y)| *d = f(x, y)),
+                (1, 0) => {
+                    let y = b[offs[1]];
+                    dst.iter_mut().zip(&a[offs[0]..][..len]).for_each(|(d, &x)| *d = f(x, y))
+                }
+                (0, 1) => {
+                    let x = a[offs[0]];
+                    dst.iter_mut().zip(&b[offs[1]..][..len]).for_each(|(d, &y)| *d = f(x, y))
+                }
+                _ => dst.fill(f(a[offs[0]], b[offs[1]])),
+            }
+        })
+    });
 }
 
 /// The scalar function of `op` in type `T` (IEEE for floats, wrapping for integers).
@@ -99,10 +166,22 @@ pub fn binary_fn<T: Num>(op: BinaryOp) -> fn(T, T) -> T {
     }
 }
 
-/// `op` on two f32 values, exactly as the unfused kernel computes it.
-#[inline]
-pub fn float_binary(op: BinaryOp, a: f32, b: f32) -> f32 {
-    binary_fn::<f32>(op)(a, b)
+/// `dst = x op y` on f32 slices, exactly as the unfused kernel computes each element;
+/// the op is matched once, so each loop is monomorphic and vectorizes.
+pub fn binary_f32_slices(op: BinaryOp, x: &[f32], y: &[f32], dst: &mut [f32]) {
+    #[inline(always)]
+    fn each(x: &[f32], y: &[f32], dst: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+        dst.iter_mut().zip(x.iter().zip(y)).for_each(|(d, (&a, &b))| *d = f(a, b));
+    }
+    match op {
+        BinaryOp::Add => each(x, y, dst, |a, b| a + b),
+        BinaryOp::Sub => each(x, y, dst, |a, b| a - b),
+        BinaryOp::Mul => each(x, y, dst, |a, b| a * b),
+        BinaryOp::Div => each(x, y, dst, |a, b| a / b),
+        BinaryOp::Max => each(x, y, dst, <f32 as Num>::max_nan),
+        BinaryOp::Min => each(x, y, dst, <f32 as Num>::min_nan),
+        BinaryOp::Pow => each(x, y, dst, <f32 as Num>::pow),
+    }
 }
 
 pub fn compare(op: CompareOp, class: Class, bc: &Broadcast, ins: &Args, out: &mut Out) -> Result<()> {

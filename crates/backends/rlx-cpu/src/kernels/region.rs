@@ -8,7 +8,7 @@
 //! Scratch is one block per register, sized from the region's length (which the compiler
 //! bounded by the resolved fusion limits), held per worker thread.
 
-use super::elementwise::{Broadcast, float_binary, unary_f32_slice};
+use super::elementwise::{Broadcast, binary_f32_slices, unary_f32_slice};
 use crate::arena::{Args, Out};
 use crate::buffer::Class;
 use rayon::prelude::*;
@@ -82,14 +82,8 @@ fn block(plan: &RegionPlan, p: Ptrs, arm: crate::features::Arm, start: usize, en
             match op {
                 RegionOp::Load(k) => load(plan, p.ins, *k, start, dst),
                 RegionOp::Unary(u, a) => unary_f32_slice(arm, *u, reg(*a), dst),
-                RegionOp::Binary(b, x, y) => {
-                    let (x, y) = (reg(*x), reg(*y));
-                    dst.iter_mut().zip(x.iter().zip(y)).for_each(|(d, (&a, &c))| *d = float_binary(*b, a, c));
-                }
-                RegionOp::Compare(c, x, y) => {
-                    let (x, y) = (reg(*x), reg(*y));
-                    dst.iter_mut().zip(x.iter().zip(y)).for_each(|(d, (a, c2))| *d = compare(*c, a, c2) as u8 as f32);
-                }
+                RegionOp::Binary(b, x, y) => binary_f32_slices(*b, reg(*x), reg(*y), dst),
+                RegionOp::Compare(c, x, y) => compare_slices(*c, reg(*x), reg(*y), dst),
                 RegionOp::Where(c, x, y) => {
                     let (c, x, y) = (reg(*c), reg(*x), reg(*y));
                     for i in 0..n {
@@ -136,25 +130,40 @@ fn load(plan: &RegionPlan, ins: &Args, k: usize, start: usize, dst: &mut [f32]) 
                 if slot.len == plan.len {
                     dst.copy_from_slice(&src[start..end]);
                 } else {
-                    bc.for_range(start, end, |i, o| dst[i - start] = src[o[0]]);
+                    bc.for_runs(start, end, |o, offs, len, step| {
+                        let d = &mut dst[o - start..][..len];
+                        if step[0] == 1 { d.copy_from_slice(&src[offs[0]..][..len]) } else { d.fill(src[offs[0]]) }
+                    });
                 }
             }
             _ => {
                 let Ok(ptr) = ins.ptr::<u8>(k) else { return };
                 let src = std::slice::from_raw_parts(ptr, slot.len);
-                bc.for_range(start, end, |i, o| dst[i - start] = src[o[0]] as f32);
+                bc.for_runs(start, end, |o, offs, len, step| {
+                    let d = &mut dst[o - start..][..len];
+                    if step[0] == 1 {
+                        d.iter_mut().zip(&src[offs[0]..][..len]).for_each(|(d, &v)| *d = v as f32);
+                    } else {
+                        d.fill(src[offs[0]] as f32);
+                    }
+                });
             }
         }
     }
 }
 
-fn compare(op: CompareOp, a: &f32, b: &f32) -> bool {
+/// `dst = (x op y) as 0 / 1`, the op matched once.
+fn compare_slices(op: CompareOp, x: &[f32], y: &[f32], dst: &mut [f32]) {
+    #[inline(always)]
+    fn each(x: &[f32], y: &[f32], dst: &mut [f32], f: impl Fn(f32, f32) -> bool) {
+        dst.iter_mut().zip(x.iter().zip(y)).for_each(|(d, (&a, &b))| *d = f(a, b) as u8 as f32);
+    }
     match op {
-        CompareOp::Eq => a == b,
-        CompareOp::Ne => a != b,
-        CompareOp::Lt => a < b,
-        CompareOp::Le => a <= b,
-        CompareOp::Gt => a > b,
-        CompareOp::Ge => a >= b,
+        CompareOp::Eq => each(x, y, dst, |a, b| a == b),
+        CompareOp::Ne => each(x, y, dst, |a, b| a != b),
+        CompareOp::Lt => each(x, y, dst, |a, b| a < b),
+        CompareOp::Le => each(x, y, dst, |a, b| a <= b),
+        CompareOp::Gt => each(x, y, dst, |a, b| a > b),
+        CompareOp::Ge => each(x, y, dst, |a, b| a >= b),
     }
 }
