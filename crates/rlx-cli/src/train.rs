@@ -58,12 +58,12 @@ fn digits(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
         ..base
     };
     let data = rlx::train::Digits::load()?;
-    let held = (data.len() as f64 * cfg.held_out).round() as usize;
+    let (train_set, held_set) = data.split(cfg.held_out, cfg.seed);
     println!(
         "rlx train {}: {} training / {} held-out digits (8x8), {} params, {} lr {} (warmup + cosine), batch {}, {} epochs, seed {}",
         args.model,
-        data.len() - held,
-        held,
+        train_set.len(),
+        held_set.len(),
         network.size(),
         args.optimizer,
         cfg.lr,
@@ -71,7 +71,7 @@ fn digits(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
         cfg.epochs,
         cfg.seed
     );
-    let steps = cfg.epochs * ((data.len() - held) / cfg.batch);
+    let steps = cfg.epochs * (train_set.len() / cfg.batch);
     let pb = bar(steps);
     let (_, epochs) = train_digits(
         network,

@@ -328,3 +328,22 @@ fn llm_commands_fail_cleanly() {
         assert!(stderr(&o).contains("byte 8") && stderr(&o).lines().count() == 1, "{cmd:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn train_reports_epochs_and_writes_the_loss_curve() {
+    let dir = scratch("train");
+    let png = dir.join("curve.png");
+    let o = rlx(&["train", "mlp", "--epochs", "2", "--plot", png.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in ["1438 training / 359 held-out", "epoch   1", "epoch   2", "held-out accuracy", "curve.png"] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    let o = rlx(&["train", "char", "--epochs", "20", "--plot", dir.join("char.png").to_str().unwrap()]);
+    assert!(o.status.success() && stdout(&o).contains("sample (greedy"), "{}", stderr(&o));
+    for bad in [&["train", "resnet"][..], &["train", "mlp", "--optimizer", "rmsprop"]] {
+        let o = rlx(bad);
+        assert!(!o.status.success() && stderr(&o).lines().count() == 1, "{bad:?}: {}", stderr(&o));
+    }
+}
