@@ -45,7 +45,7 @@ def layer_norm_net(p):
     x = p["x"]
     mu = x.mean(axis=-1, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-    y = (x - mu) / jnp.sqrt(var + 1e-5) * p["gamma"] + p["beta"]
+    y = (x - mu) / jnp.sqrt(var + EPS) * p["gamma"] + p["beta"]
     return jnp.sum(jnp.tanh(y) * R_LN)
 
 
@@ -89,6 +89,9 @@ def scan_rnn(p):
     return jnp.sum(h * Q_RNN)
 
 
+# RLX stores a norm's eps as an f32 attribute, so its 1e-5 is float32(1e-5) even in an
+# f64 graph; use that value here too.
+EPS = float(np.float32(1e-5))
 rng = np.random.default_rng(2026)
 LABELS8 = jnp.array(rng.integers(0, 10, size=8))
 LABELS2 = jnp.array([3, 1])

@@ -19,9 +19,9 @@ fn manifest() -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir().join("manifest.json")).unwrap()).unwrap()
 }
 
-fn constant(g: &mut Graph, v: &Value, dims: &[usize]) -> NodeId {
+fn constant(g: &mut Graph, v: &Value, dims: &[usize], dt: DType) -> NodeId {
     let flat: Vec<f64> = flatten(v);
-    g.constant_tensor(HostTensor::from_f64_as(DType::F64, dims, &flat).unwrap()).unwrap()
+    g.constant_tensor(HostTensor::from_f64_as(dt, dims, &flat).unwrap()).unwrap()
 }
 
 fn flatten(v: &Value) -> Vec<f64> {
@@ -36,13 +36,13 @@ fn labels(g: &mut Graph, v: &Value) -> NodeId {
     g.constant_tensor(HostTensor::from_i64(&[l.len()], &l).unwrap()).unwrap()
 }
 
-/// The network `name` with its inputs (all f64) in the manifest's order.
-fn network(name: &str, m: &Value) -> Graph {
+/// The network `name` in dtype `dt`, its inputs in the manifest's order.
+fn network(name: &str, m: &Value, dt: DType) -> Graph {
     let c = &m["constants"];
     let mut g = Graph::new(name);
     for (k, dims) in m["networks"][name]["inputs"].as_object().unwrap() {
         let dims: Vec<usize> = dims.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-        g.input(k, DType::F64, &dims).unwrap();
+        g.input(k, dt, &dims).unwrap();
     }
     let find = |g: &Graph, n: &str| g.find_leaf(n).unwrap();
     let loss = match name {
@@ -60,7 +60,7 @@ fn network(name: &str, m: &Value) -> Graph {
             let (x, gamma, beta) = (find(&g, "x"), find(&g, "gamma"), find(&g, "beta"));
             let y = g.layer_norm(x, Some(gamma), Some(beta), 1e-5).unwrap();
             let y = g.unary(Unary::Tanh, y).unwrap();
-            let r = constant(&mut g, &c["r_ln"], &[4, 8]);
+            let r = constant(&mut g, &c["r_ln"], &[4, 8], dt);
             let y = g.mul(y, r).unwrap();
             g.reduce(ReduceOp::Sum, y, &[0, 1], false).unwrap()
         }
@@ -80,7 +80,7 @@ fn network(name: &str, m: &Value) -> Graph {
             let a = g.reshape(a, &[5, 16]).unwrap();
             let wo = find(&g, "wo");
             let o = g.matmul(a, wo).unwrap();
-            let r = constant(&mut g, &c["r_att"], &[5, 16]);
+            let r = constant(&mut g, &c["r_att"], &[5, 16], dt);
             let o = g.mul(o, r).unwrap();
             g.reduce(ReduceOp::Sum, o, &[0, 1], false).unwrap()
         }
@@ -99,11 +99,11 @@ fn network(name: &str, m: &Value) -> Graph {
         }
         "scan_rnn" => {
             let mut body = Graph::new("cell");
-            let h = body.input("h", DType::F64, &[1, 4]).unwrap();
-            let w = body.input("w", DType::F64, &[4, 4]).unwrap();
-            let u = body.input("u", DType::F64, &[3, 4]).unwrap();
-            let b = body.input("b", DType::F64, &[4]).unwrap();
-            let xt = body.input("x", DType::F64, &[1, 3]).unwrap();
+            let h = body.input("h", dt, &[1, 4]).unwrap();
+            let w = body.input("w", dt, &[4, 4]).unwrap();
+            let u = body.input("u", dt, &[3, 4]).unwrap();
+            let b = body.input("b", dt, &[4]).unwrap();
+            let xt = body.input("x", dt, &[1, 3]).unwrap();
             let hw = body.matmul(h, w).unwrap();
             let xu = body.matmul(xt, u).unwrap();
             let s = body.add(hw, xu).unwrap();
@@ -112,7 +112,7 @@ fn network(name: &str, m: &Value) -> Graph {
             body.set_outputs(&[out]).unwrap();
             let (h0, w, u, b, xs) = (find(&g, "h0"), find(&g, "w"), find(&g, "u"), find(&g, "b"), find(&g, "xs"));
             let last = g.scan(&body, h0, &[w, u, b], &[xs], Some(2)).unwrap();
-            let q = constant(&mut g, &c["q_rnn"], &[1, 4]);
+            let q = constant(&mut g, &c["q_rnn"], &[1, 4], dt);
             let y = g.mul(last, q).unwrap();
             g.reduce(ReduceOp::Sum, y, &[0, 1], false).unwrap()
         }
@@ -122,32 +122,66 @@ fn network(name: &str, m: &Value) -> Graph {
     g
 }
 
-#[test]
-fn losses_gradients_jvps_and_hvps_match_jax() {
+/// Largest `|got - want|` over a tensor, relative to the tensor's largest `|want|` (so a
+/// tiny element that cancels does not dominate).
+fn error(got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f64, |m, w| m.max(w.abs())).max(f64::MIN_POSITIVE);
+    got.iter().zip(want).fold(0f64, |m, (g, w)| m.max((g - w).abs())) / scale
+}
+
+/// Every network in `dt` against JAX's f64 values: loss, gradients, jvp and hvp. The
+/// bound is derived, not tuned: each value passes through at most `depth` roundings of
+/// `dt` (depth = the derivative graph's node count, an upper bound on any path), each
+/// relative error `eps`, and sums can amplify by a small constant: `8 depth eps`.
+fn check(dt: DType) -> Vec<String> {
     let m = manifest();
+    let mut report = Vec::new();
     for (name, spec) in m["networks"].as_object().unwrap() {
-        let f = network(name, &m);
+        let f = network(name, &m, dt);
         let names: Vec<String> = spec["inputs"].as_object().unwrap().keys().cloned().collect();
         let wrt: Vec<&str> = names.iter().map(String::as_str).collect();
         let input = |tag: &str, k: &str| npy(&format!("{name}.{tag}.{k}.npy"));
-        let mut feed: Vec<(String, HostTensor)> = names.iter().map(|k| (k.clone(), input("input", k))).collect();
+        let typed = |t: &HostTensor| HostTensor::from_f64_as(dt, t.dims(), &t.to_f64_vec()).unwrap();
+        let mut feed: Vec<(String, HostTensor)> =
+            names.iter().map(|k| (k.clone(), typed(&input("input", k)))).collect();
         let tangents: Vec<(String, HostTensor)> =
-            names.iter().map(|k| (format!("tangent_{k}"), input("tangent", k))).collect();
-        // f64 throughout: JAX and RLX differ only in summation order (~1e-15 relative).
-        let tol = 1e-10;
+            names.iter().map(|k| (format!("tangent_{k}"), typed(&input("tangent", k)))).collect();
         let mut with_seed = feed.clone();
-        with_seed.push(("d_output".into(), HostTensor::from_f64_as(DType::F64, &[], &[1.0]).unwrap()));
-        let got = Runner::new(&grad_with_loss(&f, &wrt).unwrap()).run(&with_seed);
-        assert_close(&got[0], &[spec["loss"].as_f64().unwrap()], tol, &format!("{name} loss"));
+        with_seed.push(("d_output".into(), HostTensor::from_f64_as(dt, &[], &[1.0]).unwrap()));
+        let gr = grad_with_loss(&f, &wrt).unwrap();
+        let hg = hvp(&f, &wrt).unwrap();
+        let eps = if dt == DType::F64 { f64::EPSILON } else { f32::EPSILON as f64 };
+        let tol = 8.0 * hg.len() as f64 * eps;
+        let mut worst = 0f64;
+        let mut expect = |what: String, got: &[f64], want: &[f64]| {
+            let e = error(got, want);
+            worst = worst.max(e);
+            assert!(e <= tol, "{dt} {name} {what}: relative error {e:.2e} > bound {tol:.2e}");
+        };
+        let got = Runner::new(&gr).run(&with_seed);
+        expect("loss".into(), &got[0], &[spec["loss"].as_f64().unwrap()]);
         for (i, k) in names.iter().enumerate() {
-            assert_close(&got[1 + i], &input("grad", k).to_f64_vec(), tol, &format!("{name} d/d{k}"));
+            expect(format!("d/d{k}"), &got[1 + i], &input("grad", k).to_f64_vec());
         }
         feed.extend(tangents);
         let jv = Runner::new(&jvp(&f, &wrt).unwrap()).run(&feed);
-        assert_close(&jv[1], &[spec["jvp"].as_f64().unwrap()], tol, &format!("{name} jvp"));
-        let hv = Runner::new(&hvp(&f, &wrt).unwrap()).run(&feed);
+        expect("jvp".into(), &jv[1], &[spec["jvp"].as_f64().unwrap()]);
+        let hv = Runner::new(&hg).run(&feed);
         for (i, k) in names.iter().enumerate() {
-            assert_close(&hv[1 + names.len() + i], &input("hvp", k).to_f64_vec(), tol, &format!("{name} hvp {k}"));
+            expect(format!("hvp {k}"), &hv[1 + names.len() + i], &input("hvp", k).to_f64_vec());
         }
+        report.push(format!("{dt} {name}: worst relative error {worst:.2e} (bound {tol:.2e})"));
     }
+    report
+}
+
+#[test]
+fn f64_losses_gradients_jvps_and_hvps_match_jax() {
+    eprintln!("{}", check(DType::F64).join("\n"));
+}
+
+#[test]
+fn f32_training_graphs_match_jax_within_the_f32_bound() {
+    eprintln!("{}", check(DType::F32).join("\n"));
 }
