@@ -152,7 +152,10 @@ impl Optimizer {
                 }
             }
             Rule::Adam { b1, b2, eps, weight_decay } => {
-                let (c1, c2) = (1.0 - b1.powi(t as i32 + 1), 1.0 - b2.powi(t as i32 + 1));
+                // powi matches optax's f32 power to the last bit here (powf did not); the
+                // count saturates far past where b^count underflows to 0.
+                let count = (t + 1).min(i32::MAX as u64) as i32;
+                let (c1, c2) = (1.0 - b1.powi(count), 1.0 - b2.powi(count));
                 let (ms, vs) = moments.split_at_mut(1);
                 for (i, (p, g)) in params.iter_mut().zip(grads.iter()).enumerate() {
                     for (((p, &g), m), v) in p.iter_mut().zip(g).zip(ms[0][i].iter_mut()).zip(vs[0][i].iter_mut()) {

@@ -30,6 +30,9 @@ impl Trainer {
         seed: u64,
         options: &CompileOptions,
     ) -> Result<Trainer> {
+        if batch == 0 {
+            return Err(rlx_ir::Error::input("the batch size must be at least 1"));
+        }
         let session = Session::new(Device::Cpu)?;
         let names: Vec<&str> = network.params.iter().map(|p| p.name.as_str()).collect();
         let grad = grad_with_loss(&network.graph(batch)?, &names)?;

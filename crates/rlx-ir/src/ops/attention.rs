@@ -176,10 +176,10 @@ fn parts(g: &mut Graph, mask: MaskKind, scale: Option<F32Attr>, ins: &[NodeId]) 
             Some(causal(g, limit, DType::I64)?)
         }
         MaskKind::CausalLen => {
-            let int = g.dtype(ins[3]);
-            let n = g.scalar_f64(int, sq as f64)?;
-            let limit = g.sub(ins[3], n)?;
-            Some(causal(g, limit, int)?)
+            let len = g.cast(ins[3], DType::I64)?;
+            let n = g.scalar_f64(DType::I64, sq as f64)?;
+            let limit = g.sub(len, n)?;
+            Some(causal(g, limit, DType::I64)?)
         }
     };
     let s = match mask {

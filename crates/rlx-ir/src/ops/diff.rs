@@ -6,7 +6,14 @@
 //! operands already exist (the transform copies the forward graph first). Every rule is
 //! made of differentiable ops, so derivatives of derivatives need nothing more.
 //! Conventions, as in JAX: integer and bool values have no derivative (`None`); ties in
-//! `max`/`min` split the derivative evenly; `abs`, `relu` have derivative 0 at 0.
+//! binary `maximum`/`minimum` and in `reduce_max`/`reduce_min` split the derivative evenly
+//! (max pooling instead routes it to the window's first maximum, as its forward picks it);
+//! `abs`, `relu` have derivative 0 at 0. Index operands (positions, lengths, labels) are
+//! widened to i64 before any arithmetic on them, so narrow integer types cannot wrap.
+//!
+//! Forward over reverse (hvp) is exact everywhere; reverse over reverse through a rule
+//! that selects between branches (`prod` with zeros, `pow` at 0) can meet a NaN in the
+//! unselected branch times a zero cotangent.
 
 use super::Op;
 use crate::shape::numel;
@@ -38,9 +45,7 @@ impl Graph {
             Op::Reduce { op: r, axes, keep_dims } => super::reduce::vjp(self, *r, axes, *keep_dims, ins[0], out, ct),
             Op::Softmax { axis } => super::softmax::vjp_softmax(self, *axis, out, ct),
             Op::LogSoftmax { axis } => super::softmax::vjp_log_softmax(self, *axis, out, ct),
-            Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => {
-                super::norm::vjp(self, matches!(op, Op::RmsNorm { .. }), eps.0, &ins, ct)
-            }
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } => super::norm::vjp(self, &op, &ins, ct),
             Op::Reshape { .. } | Op::Transpose { .. } | Op::Narrow { .. } | Op::Concat { .. } | Op::Expand { .. } => {
                 super::layout::vjp(self, &op, &ins, ct)
             }
@@ -88,9 +93,7 @@ impl Graph {
             Op::Reduce { op: r, axes, keep_dims } => super::reduce::jvp(self, *r, axes, *keep_dims, ins[0], out, t[0]),
             Op::Softmax { axis } => super::softmax::jvp_softmax(self, *axis, out, t[0]),
             Op::LogSoftmax { axis } => super::softmax::jvp_log_softmax(self, *axis, out, t[0]),
-            Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => {
-                super::norm::jvp(self, matches!(op, Op::RmsNorm { .. }), eps.0, &ins, t)
-            }
+            Op::LayerNorm { .. } | Op::RmsNorm { .. } => super::norm::jvp(self, &op, &ins, t),
             Op::Reshape { .. } | Op::Transpose { .. } | Op::Narrow { .. } | Op::Concat { .. } | Op::Expand { .. } => {
                 super::layout::jvp(self, &op, &ins, out, t)
             }

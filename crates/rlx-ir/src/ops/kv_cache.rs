@@ -38,10 +38,9 @@ impl Graph {
 /// Bool mask over `axis` (broadcastable to the cache): rows `pos..pos + len`.
 fn written_rows(g: &mut Graph, axis: usize, cache: NodeId, new: NodeId, pos: NodeId) -> Result<NodeId> {
     let (cap, len) = (g.dims(cache)[axis], g.dims(new)[axis]);
-    let int = g.dtype(pos);
-    let rows = g.iota(int, cap)?;
+    let rows = g.iota(DType::I64, cap)?;
     let pos = g.reshape(pos, &[1])?;
-    let n = g.scalar_f64(int, len as f64)?;
+    let n = g.scalar_f64(DType::I64, len as f64)?;
     let end = g.add(pos, n)?;
     let from = g.ge(rows, pos)?;
     let to = g.lt(rows, end)?;
@@ -55,10 +54,11 @@ fn written_rows(g: &mut Graph, axis: usize, cache: NodeId, new: NodeId, pos: Nod
 }
 
 pub(crate) fn vjp(g: &mut Graph, axis: usize, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
-    let (cache, new, pos) = (ins[0], ins[1], ins[2]);
+    let (cache, new) = (ins[0], ins[1]);
     if !g.is_differentiable(cache) {
         return Ok(vec![None; 3]);
     }
+    let pos = g.cast(ins[2], DType::I64)?;
     let hit = written_rows(g, axis, cache, new, pos)?;
     let zeros = g.full_like(ct, 0.0)?;
     let d_cache = g.where_(hit, zeros, ct)?;
@@ -69,8 +69,7 @@ pub(crate) fn vjp(g: &mut Graph, axis: usize, ins: &[NodeId], ct: NodeId) -> Res
     perm.remove(axis);
     perm.insert(0, axis);
     let front = g.transpose(ct, &perm)?;
-    let int = g.dtype(pos);
-    let offsets = g.iota(int, len)?;
+    let offsets = g.iota(DType::I64, len)?;
     let p = g.reshape(pos, &[1])?;
     let rows = g.add(offsets, p)?;
     let picked = g.gather(front, rows)?;

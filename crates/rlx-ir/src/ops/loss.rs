@@ -41,8 +41,9 @@ fn residual(g: &mut Graph, logits: NodeId, labels: NodeId) -> Result<NodeId> {
     let (n, c) = (g.dims(logits)[0], g.dims(logits)[1]);
     let dt = g.dtype(logits);
     let p = g.softmax(logits, 1)?;
-    let classes = g.iota(g.dtype(labels), c)?;
+    let classes = g.iota(DType::I64, c)?;
     let classes = g.reshape(classes, &[1, c])?;
+    let labels = g.cast(labels, DType::I64)?;
     let col = g.reshape(labels, &[n, 1])?;
     let hit = g.eq(col, classes)?;
     let onehot = g.mask(hit, dt)?;

@@ -97,8 +97,26 @@ fn sum_rows(g: &mut Graph, v: NodeId) -> Result<NodeId> {
     g.sum_to(v, &[h])
 }
 
-pub(crate) fn vjp(g: &mut Graph, rms: bool, eps: f32, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
-    let (x, gamma) = (ins[0], ins.get(1).copied());
+/// A norm node's op and operands, unpacked.
+struct Norm {
+    rms: bool,
+    eps: f32,
+    x: NodeId,
+    gamma: Option<NodeId>,
+    has_beta: bool,
+}
+
+fn parts(op: &Op, ins: &[NodeId]) -> Result<Norm> {
+    let (rms, eps, has_gamma, has_beta) = match *op {
+        Op::LayerNorm { eps, gamma, beta } => (false, eps.0, gamma, beta),
+        Op::RmsNorm { eps, gamma } => (true, eps.0, gamma, false),
+        _ => return Err(Error::internal(format!("{} is not a norm", op.name()))),
+    };
+    Ok(Norm { rms, eps, x: ins[0], gamma: has_gamma.then(|| ins[1]), has_beta })
+}
+
+pub(crate) fn vjp(g: &mut Graph, op: &Op, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
+    let Norm { rms, eps, x, gamma, has_beta } = parts(op, ins)?;
     let (xhat, r) = normalized(g, rms, eps, x)?;
     let c = match gamma {
         Some(gm) => g.mul(ct, gm)?,
@@ -109,14 +127,14 @@ pub(crate) fn vjp(g: &mut Graph, rms: bool, eps: f32, ins: &[NodeId], ct: NodeId
         let cx = g.mul(ct, xhat)?;
         out.push(Some(sum_rows(g, cx)?));
     }
-    if ins.len() > 2 {
+    if has_beta {
         out.push(Some(sum_rows(g, ct)?));
     }
     Ok(out)
 }
 
-pub(crate) fn jvp(g: &mut Graph, rms: bool, eps: f32, ins: &[NodeId], t: &[Option<NodeId>]) -> Result<Option<NodeId>> {
-    let (x, gamma) = (ins[0], ins.get(1).copied());
+pub(crate) fn jvp(g: &mut Graph, op: &Op, ins: &[NodeId], t: &[Option<NodeId>]) -> Result<Option<NodeId>> {
+    let Norm { rms, eps, x, gamma, has_beta } = parts(op, ins)?;
     let (xhat, r) = normalized(g, rms, eps, x)?;
     let mut total = None;
     if let Some(tx) = t[0] {
@@ -126,13 +144,15 @@ pub(crate) fn jvp(g: &mut Graph, rms: bool, eps: f32, ins: &[NodeId], t: &[Optio
             None => d,
         });
     }
-    if let Some(Some(tg)) = t.get(1) {
-        let term = g.mul(xhat, *tg)?;
+    let tg = gamma.and_then(|_| t[1]);
+    let tb = if has_beta { t[1 + gamma.is_some() as usize] } else { None };
+    if let Some(tg) = tg {
+        let term = g.mul(xhat, tg)?;
         total = g.add_opt(total, Some(term))?;
     }
-    if let Some(Some(tb)) = t.get(2) {
+    if let Some(tb) = tb {
         let dims = g.dims(x).to_vec();
-        let term = g.broadcast_to(*tb, &dims)?;
+        let term = g.broadcast_to(tb, &dims)?;
         total = g.add_opt(total, Some(term))?;
     }
     Ok(total)

@@ -75,5 +75,10 @@ impl Graph {
 
 pub(crate) fn vjp(g: &mut Graph, scheme: QuantScheme, ins: &[NodeId], ct: NodeId) -> Result<Vec<Option<NodeId>>> {
     let w = g.dequantize(ins[1], scheme)?;
-    Ok(vec![Some(g.matmul(ct, w)?), None])
+    let x_dims = g.dims(ins[0]).to_vec();
+    // matmul needs rank >= 2: a vector x goes through as one row.
+    let ct = if x_dims.len() == 1 { g.reshape(ct, &[1, g.dims(ct)[0]])? } else { ct };
+    let dx = g.matmul(ct, w)?;
+    let dx = if x_dims.len() == 1 { g.reshape(dx, &x_dims)? } else { dx };
+    Ok(vec![Some(dx), None])
 }

@@ -98,8 +98,8 @@ impl Graph {
 
 // Derivatives. sum / mean spread the cotangent evenly; max / min send it to the elements
 // equal to the result, split evenly among ties (JAX); prod sends `prod of the others`,
-// computed without dividing by zero: with no zero it is `out / x`; with one zero, the
-// product of the nonzero elements at the zero and 0 elsewhere; with two or more, 0.
+// computed without dividing by zero and exact to second order at inputs holding one or
+// two exact zeros (see `partial`).
 
 /// `y` (reduced over `axes`) reshaped with those axes kept as 1, then broadcast to x.
 fn expand_back(g: &mut Graph, y: NodeId, x: NodeId, axes: &[usize], keep_dims: bool) -> Result<NodeId> {
@@ -133,22 +133,34 @@ fn partial(
         ReduceOp::Prod => {
             let zero = g.scalar_f64(dt, 0.0)?;
             let one = g.scalar_f64(dt, 1.0)?;
+            let two = g.scalar_f64(dt, 2.0)?;
             let is_zero = g.eq(x, zero)?;
             let zero_mask = g.mask(is_zero, dt)?;
             let nz = g.reduce(ReduceOp::Sum, zero_mask, axes, true)?;
             let ones = g.full_like(x, 1.0)?;
+            let nothing = g.full_like(x, 0.0)?;
+            // x with its zeros replaced by 1: a safe divisor, so no branch holds 0/0 (a
+            // NaN in an unselected branch still poisons the second derivative).
             let nonzero = g.where_(is_zero, ones, x)?;
             let pnz = g.reduce(ReduceOp::Prod, nonzero, axes, true)?;
+            // The sum of the zero elements: 0 in value, but it carries their tangents, so
+            // the exact-zero branches keep their dependence on the zeros (second order).
+            let zeros_only = g.where_(is_zero, x, nothing)?;
+            let zsum = g.reduce(ReduceOp::Sum, zeros_only, axes, true)?;
             let xd = g.dims(x).to_vec();
-            let (nz, pnz) = (g.broadcast_to(nz, &xd)?, g.broadcast_to(pnz, &xd)?);
-            let o = expand_back(g, out, x, axes, keep_dims)?;
-            let no_zero = g.div(o, x)?;
-            let none = g.eq(nz, zero)?;
-            let single = g.eq(nz, one)?;
-            let nothing = g.full_like(x, 0.0)?;
-            let at_zero = g.where_(is_zero, pnz, nothing)?;
-            let one_zero = g.where_(single, at_zero, nothing)?;
-            Some(g.where_(none, no_zero, one_zero)?)
+            let (nz, pnz, zsum) = (g.broadcast_to(nz, &xd)?, g.broadcast_to(pnz, &xd)?, g.broadcast_to(zsum, &xd)?);
+            let others = g.div(pnz, nonzero)?;
+            // No zero: prod / x. One zero: pnz at the zero, pnz / x * (the zero) elsewhere.
+            // Two zeros: pnz * (the other zero) at each zero, 0 (to second order) elsewhere.
+            let at_nonzero = g.mul(others, zsum)?;
+            let one_zero = g.where_(is_zero, pnz, at_nonzero)?;
+            let other_zero = g.sub(zsum, x)?;
+            let at_zero = g.mul(pnz, other_zero)?;
+            let two_zeros = g.where_(is_zero, at_zero, nothing)?;
+            let (none, single, pair) = (g.eq(nz, zero)?, g.eq(nz, one)?, g.eq(nz, two)?);
+            let many = g.where_(pair, two_zeros, nothing)?;
+            let some = g.where_(single, one_zero, many)?;
+            Some(g.where_(none, others, some)?)
         }
     })
 }

@@ -68,6 +68,7 @@ pub(crate) fn vjp(
     ins: &[NodeId],
     ct: NodeId,
 ) -> Result<Vec<Option<NodeId>>> {
-    let back = g.unary(super::Unary::Neg, ins[1])?;
+    let positions = g.cast(ins[1], DType::I64)?;
+    let back = g.unary(super::Unary::Neg, positions)?;
     Ok(vec![Some(g.rope(ct, back, style, base, Some(rotary_dims))?), None])
 }

@@ -12,9 +12,12 @@
 //! `[carries..., bcast..., x slices..., carry cotangents...]` and giving
 //! `[carry cotangents..., bcast terms..., x terms...]`. Its result is the final carry
 //! cotangent `i`, the sum over steps of bcast term `j`, or x term `k` stacked over steps.
-//! It keeps `checkpoints` carries (every `ceil(L / checkpoints)` steps) and recomputes
-//! the carries between them segment by segment: memory O(checkpoints + L / checkpoints)
-//! carries, time O(L), and the same values for every `checkpoints` in `1..=L`.
+//! It keeps the carries at the start of every `ceil(L / checkpoints)` steps (at most
+//! `checkpoints` of them) and recomputes the carries between them segment by segment:
+//! memory O(checkpoints + L / checkpoints) carries, time O(L), and the same values for
+//! every `checkpoints` in `1..=L`. Each `ScanGrad` node runs the whole backward loop; a
+//! scan with several differentiable inputs gets one node per input (the price of
+//! single-output nodes: a fused multi-output step would share the loop).
 //!
 //! Derivatives: the VJP of `Scan` is `ScanGrad` with the body's VJP as `grad_body`; the
 //! JVP of `Scan` is a `Scan` of the body's JVP (carry and tangent carried together); the

@@ -10,11 +10,17 @@ mod scan;
 use rlx::prelude::*;
 use rlx_oracle::Rng;
 
-/// One input of a case: float values in `[lo, hi)` (differentiated), or fixed integers.
+/// One input of a case: float values in `[lo, hi)` or given exactly (both
+/// differentiated), or fixed integers.
 #[derive(Clone)]
 pub enum Spec {
     Float { dims: Vec<usize>, lo: f64, hi: f64 },
+    Exact { dims: Vec<usize>, values: Vec<f64> },
     Int { dims: Vec<usize>, values: Vec<i64> },
+}
+
+pub fn exact(dims: &[usize], values: &[f64]) -> Spec {
+    Spec::Exact { dims: dims.to_vec(), values: values.to_vec() }
 }
 
 pub fn float(dims: &[usize], lo: f64, hi: f64) -> Spec {
@@ -37,6 +43,7 @@ pub fn draw(rng: &mut Rng, specs: &[Spec]) -> Vec<HostTensor> {
                 let v: Vec<f64> = (0..n).map(|_| rng.uniform(*lo, *hi)).collect();
                 HostTensor::from_f64_as(DType::F64, dims, &v).unwrap()
             }
+            Spec::Exact { dims, values } => HostTensor::from_f64_as(DType::F64, dims, values).unwrap(),
             Spec::Int { dims, values } => HostTensor::from_i64(dims, values).unwrap(),
         })
         .collect()
@@ -50,7 +57,7 @@ pub fn scalar_graph(specs: &[Spec], build: &Build, seed: u64) -> Graph {
         .iter()
         .enumerate()
         .map(|(i, s)| match s {
-            Spec::Float { dims, .. } => g.input(&format!("x{i}"), DType::F64, dims).unwrap(),
+            Spec::Float { dims, .. } | Spec::Exact { dims, .. } => g.input(&format!("x{i}"), DType::F64, dims).unwrap(),
             Spec::Int { dims, .. } => g.input(&format!("x{i}"), DType::I64, dims).unwrap(),
         })
         .collect();

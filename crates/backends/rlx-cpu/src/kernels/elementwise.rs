@@ -87,12 +87,16 @@ impl Broadcast {
     }
 }
 
-/// `dims` / per-operand `strides` with adjacent axes merged where every operand steps
-/// through the pair as through one axis (stride[i] == stride[i + 1] * dims[i + 1]).
+/// `dims` / per-operand `strides` without size-1 axes, and with adjacent axes merged where
+/// every operand steps through the pair as through one axis
+/// (stride[i] == stride[i + 1] * dims[i + 1]).
 fn merge_axes(dims: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
     let mut out_dims: Vec<usize> = Vec::new();
     let mut out_strides: Vec<Vec<usize>> = vec![Vec::new(); strides.len()];
     for axis in 0..dims.len() {
+        if dims[axis] == 1 {
+            continue; // index always 0: the axis moves no operand
+        }
         let mergeable = !out_dims.is_empty()
             && strides.iter().zip(&out_strides).all(|(s, o)| *o.last().expect("nonempty") == s[axis] * dims[axis]);
         if mergeable {

@@ -16,11 +16,12 @@ pub struct StridedCopy {
 }
 
 impl StridedCopy {
-    /// Output dims with input strides, adjacent axes merged where the input steps through
-    /// them as through one (so the innermost run is as long as it can be).
+    /// Output dims with input strides, size-1 axes dropped and adjacent axes merged where
+    /// the input steps through them as through one (so the innermost run is as long as it
+    /// can be).
     fn merged(out_dims: &[usize], strides: &[usize], base: usize) -> StridedCopy {
         let (mut dims, mut st): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
-        for (&d, &s) in out_dims.iter().zip(strides) {
+        for (&d, &s) in out_dims.iter().zip(strides).filter(|&(&d, _)| d != 1) {
             match (dims.last_mut(), st.last_mut()) {
                 (Some(ld), Some(ls)) if *ls == s * d => {
                     *ld *= d;

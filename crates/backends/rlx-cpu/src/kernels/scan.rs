@@ -6,8 +6,6 @@
 //! programs do the arithmetic).
 
 use crate::arena::{Args, Out, read_host, write_host};
-use crate::buffer::Class;
-use crate::param::stored_bytes;
 use crate::program::CpuProgram;
 use rlx_compile::CompileOptions;
 use rlx_ir::ops::scan::ScanGradOutput;
@@ -74,7 +72,7 @@ impl ScanPlan {
 
     fn operand(&self, ins: &Args, i: usize) -> Result<HostTensor> {
         let (dt, dims) = &self.operands[i];
-        read_host(ins.bytes(i)?, class_of(*dt)?, *dt, dims)
+        read_host(ins.bytes(i)?, ins.slot(i)?.class, *dt, dims)
     }
 
     /// Row `t` of sequence operand `i`.
@@ -86,10 +84,6 @@ impl ScanPlan {
     fn step(program: &Mutex<CpuProgram>, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         program.lock().unwrap_or_else(|e| e.into_inner()).run(inputs)
     }
-}
-
-fn class_of(dtype: DType) -> Result<Class> {
-    Class::for_storage(dtype, stored_bytes(dtype))
 }
 
 pub fn scan(p: &ScanPlan, ins: &Args, out: &mut Out) -> Result<()> {
