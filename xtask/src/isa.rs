@@ -42,6 +42,10 @@ pub fn extension_of(instruction: &str) -> Option<&'static str> {
     if operands.contains("%zmm") || has_mask_register(operands) {
         return Some("AVX-512");
     }
+    // AMX: tile configuration, loads/stores and the tile dot products.
+    if mnemonic.ends_with("tilecfg") || mnemonic.starts_with("tile") || mnemonic.starts_with("tdp") {
+        return Some("AMX");
+    }
     if mnemonic.starts_with("vfmadd") || mnemonic.starts_with("vfmsub") || mnemonic.starts_with("vfnm") {
         return Some("FMA");
     }
@@ -80,13 +84,14 @@ pub type GatedRule = (&'static str, fn(&str) -> bool);
 
 pub const GATED_ARMS: &[GatedRule] = &[
     (
-        "rlx multiversion arms (arch::multiversion: nested fns `avx2` / `avx512`) and `*_avx2` / `*_avx512` intrinsics",
+        "rlx multiversion arms (arch::multiversion: nested fns `avx2` / `avx512`) and `*_avx2` / `*_avx512` / `*_f16c` / `*_amx` intrinsics",
         |s| {
             segments(s).any(|seg| {
                 matches!(seg, "avx2" | "avx512")
                     || seg.ends_with("_avx2")
                     || seg.ends_with("_avx512")
                     || seg.ends_with("_f16c")
+                    || seg.ends_with("_amx")
             })
         },
     ),
@@ -168,6 +173,11 @@ mod tests {
         assert_eq!(extension_of("vaddps %xmm1,%xmm2,%xmm3{%k1}"), Some("AVX-512"));
         assert_eq!(extension_of("vfmadd231ps %xmm1,%xmm2,%xmm3"), Some("FMA"));
         assert_eq!(extension_of("vcvtph2ps %xmm0,%xmm1"), Some("F16C"));
+        assert_eq!(extension_of("tdpbf16ps %tmm6,%tmm4,%tmm0"), Some("AMX"));
+        assert_eq!(extension_of("tileloadd (%rax,%rcx,1),%tmm4"), Some("AMX"));
+        assert_eq!(extension_of("ldtilecfg (%rdi)"), Some("AMX"));
+        assert!(is_gated("rlx_cpu::kernels::half_gemm::amx::block_amx"));
+        assert!(!is_gated("rlx_cpu::kernels::half_gemm::amx::gemm::{{closure}}"));
         assert_eq!(extension_of("shlx %rax,%rbx,%rcx"), Some("BMI"));
         assert_eq!(extension_of("lzcnt %eax,%ecx"), Some("BMI"));
         assert_eq!(extension_of("tzcnt %eax,%ecx"), None);

@@ -73,8 +73,7 @@ fn on(b: bool) -> &'static str {
 fn kernels() -> Result<()> {
     println!("rlx bench kernels: 1 thread unless stated, 1M f32 elements; anchors measured in this run");
     println!();
-    let sgemm = |dim: usize, threads: usize| bench::sgemm_program_gflops(dim, threads).unwrap_or(f64::NAN);
-    print!("{}", bench::render(&bench::kernel_suite(&sgemm)));
+    print!("{}", bench::render(&bench::kernel_suite()));
     Ok(())
 }
 

@@ -11,8 +11,9 @@ pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
         .ok_or_else(|| Error::input(format!("unknown backend '{backend}' (available: cpu)")))?;
     // Errors (shape, dtype, structure, plan safety) end the command with a non-zero code;
     // with --json they are also reported in the document.
+    let options = CompileOptions::from_env()?;
     let verified = crate::load_graph(path).and_then(|g| {
-        let compiled = compile(&g, &target, &CompileOptions::from_env()?)?;
+        let compiled = compile(&g, &target, &options)?;
         check_plan(&compiled.schedule, &compiled.plan)?;
         Ok((g, compiled))
     });
@@ -56,6 +57,8 @@ pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
                 "width_policy": target.width_policy.name(),
                 "width_overhead_bytes": b.width_overhead_bytes,
                 "casts": casts,
+                "precision": format!("{:?}", options.precision),
+                "inserted_casts": compiled.log.inserted_casts,
                 "boundary_bytes_per_run": b.boundary_bytes_per_run,
                 "param_bytes": b.param_bytes,
                 "dispatches": b.dispatches,
@@ -90,6 +93,10 @@ pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
         "  width policy          {} (+{} widening, {casts} casts)",
         target.width_policy.name(),
         kib(b.width_overhead_bytes)
+    );
+    println!(
+        "  precision             {:?} ({} casts inserted, RLX_PRECISION)",
+        options.precision, compiled.log.inserted_casts
     );
     println!("  host boundary / run   {}", kib(b.boundary_bytes_per_run));
     println!("  params resident       {}", kib(b.param_bytes));

@@ -211,8 +211,21 @@ fn check_reports_the_arena_the_runtime_allocates() {
         let compiled = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
         assert_eq!(reported, compiled.arena_bytes(), "graph {k}");
         assert!(doc["budget"]["dispatches"].as_u64().unwrap() > 0);
+        assert_eq!(doc["budget"]["inserted_casts"], 0);
         let text = rlx(&["check", path.to_str().unwrap()]);
         assert!(stdout(&text).contains("budget on cpu"));
+        // Under a mixed policy the budget counts the casts the policy inserted.
+        let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+            .args(["check", path.to_str().unwrap(), "--json"])
+            .env("RLX_PRECISION", "bf16")
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(doc["budget"]["precision"], "AutoMixedBf16");
+        // cli_net already computes in bf16 where the policy would; the transformer's
+        // matmuls and elementwise ops move.
+        let inserted = doc["budget"]["inserted_casts"].as_u64().unwrap();
+        assert_eq!(inserted > 0, k == 1, "graph {k}: {doc}");
     }
 }
 

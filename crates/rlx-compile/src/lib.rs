@@ -1,7 +1,8 @@
 //! RLX's compiler: a verified graph in, a schedule of fused kernel steps and a memory plan
 //! over one arena out, with a log of every decision and a budget of what it costs.
 //!
-//! Pipeline: IR passes (`pass`, `passes/`: dce, cse, const_fold, simplify, dce) ->
+//! Pipeline: IR passes (`pass`, `passes/`: dce, cse, const_fold, simplify, dce; then,
+//! under a mixed precision policy, mixed-precision, const_fold, simplify, cse, dce) ->
 //! lowering (`schedule`) -> fusion (`fusion/`: patterns, then elementwise regions) ->
 //! memory planning (`memory`) -> budget (`budget`).
 //!
@@ -18,7 +19,7 @@ pub mod schedule;
 
 pub use budget::{Budget, budget};
 pub use fusion::{FusionLimits, resolve_fusion_limits};
-pub use memory::{ArenaWidthPolicy, MemoryPlan, Slot, check_plan, plan_memory};
+pub use memory::{ArenaWidthPolicy, MemoryPlan, PackedOperand, Slot, check_plan, plan_memory};
 pub use options::{CompileOptions, PrecisionPolicy};
 pub use pass::{PassLog, Pipeline};
 pub use schedule::{Kernel, Region, RegionOp, Schedule, Step, Value, ValueId, ValueKind};
@@ -26,31 +27,56 @@ pub use schedule::{Kernel, Region, RegionOp, Schedule, Step, Value, ValueId, Val
 use rlx_ir::{Graph, Result};
 
 /// What the compiler knows about a backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct Target {
     pub name: &'static str,
     pub width_policy: ArenaWidthPolicy,
+    /// Which kernel operands the backend reads from packed f16/bf16 storage (the width
+    /// policy keeps a half param packed only when all its readers are such operands).
+    pub packed_operand: PackedOperand,
     pub fusion_limits: FusionLimits,
     /// Params get buffers of their own instead of arena bytes (see `memory`).
     pub params_outside_arena: bool,
 }
 
 impl Target {
-    /// The CPU: f16/bf16 computed in f32 buffers; regions up to 32 ops and 8 inputs
+    /// The CPU: f16/bf16 activations computed in f32 buffers, f16/bf16 weights packed
+    /// where only matmuls, gathers and casts read them; regions up to 32 ops and 8 inputs
     /// (a block of 256 elements times 40 registers is 40 KiB of scratch, inside L1+L2);
     /// params in their own buffers (weights mapped from a GGUF file, shared KV caches).
     pub const CPU: Target = Target {
         name: "cpu",
-        width_policy: ArenaWidthPolicy::F32Uniform,
+        width_policy: ArenaWidthPolicy::NativeHalfWidened,
+        packed_operand: cpu_packed_operand,
         fusion_limits: FusionLimits { max_ops: 32, max_inputs: 8, patterns: true },
         params_outside_arena: true,
     };
+
+    /// This target with another width policy (what `rlx check` prices the policy against).
+    pub fn with_width_policy(mut self, policy: ArenaWidthPolicy) -> Target {
+        self.width_policy = policy;
+        self
+    }
 
     pub fn by_name(name: &str) -> Option<Target> {
         match name {
             "cpu" => Some(Target::CPU),
             _ => None,
         }
+    }
+}
+
+/// The CPU's packed-operand kernels: the matmul family's operands (its half GEMM converts
+/// panels as it packs them), a gather's table (rows widened as they are copied) and a
+/// cast's source.
+fn cpu_packed_operand(kernel: &Kernel, operand: usize) -> bool {
+    use rlx_ir::Op;
+    match kernel {
+        Kernel::Op(Op::MatMul) | Kernel::MatMulT { .. } => operand < 2,
+        Kernel::MatMulBias { .. } => operand < 2,
+        Kernel::SwiGluMatMul => operand < 3,
+        Kernel::Op(Op::Gather | Op::Cast { .. }) => operand == 0,
+        _ => false,
     }
 }
 
@@ -75,12 +101,20 @@ impl Compiled {
 pub fn compile(graph: &Graph, target: &Target, options: &CompileOptions) -> Result<Compiled> {
     graph.verify()?;
     let mut log = PassLog::default();
-    let optimized = Pipeline::named("default").expect("the default pipeline exists").run(graph, &mut log)?;
+    let mut optimized = Pipeline::named("default").expect("the default pipeline exists").run(graph, &mut log)?;
+    if let Some(half) = options.precision.half() {
+        optimized = Pipeline::mixed(half).run(&optimized, &mut log)?;
+    }
     let mut schedule = Schedule::lower(&optimized)?;
     let limits = resolve_fusion_limits(target, options);
     fusion::fuse(&mut schedule, &limits, &mut log.notes)?;
     schedule.verify()?;
-    let plan = plan_memory(&schedule, target.width_policy, options.memory_reuse, target.params_outside_arena)?;
+    let plan = plan_memory(
+        &schedule,
+        (target.width_policy, target.packed_operand),
+        options.memory_reuse,
+        target.params_outside_arena,
+    )?;
     if options.fusion_log {
         for line in &log.notes {
             eprintln!("[rlx fusion] {line}");

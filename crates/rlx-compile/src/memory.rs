@@ -29,8 +29,11 @@ pub enum ArenaWidthPolicy {
     F32Uniform,
     /// Every tensor in its declared dtype (f16/bf16 packed, 2 bytes).
     Native,
-    /// Params, constants and integers native; f16/bf16 activations (inputs and
-    /// intermediates) widened to f32.
+    /// f16/bf16 params stay packed (2 bytes) when every step reading them takes a packed
+    /// operand there (the target says which: `Target::packed_operand`); every other
+    /// f16/bf16 value (inputs, constants, intermediates, params with another reader) is
+    /// widened to f32. Integers are native. A boundary tensor thus keeps its 2-byte form
+    /// only when all its consumers read that form.
     NativeHalfWidened,
 }
 
@@ -43,19 +46,23 @@ impl ArenaWidthPolicy {
         }
     }
 
-    /// Bytes per element of a value of `dtype` and `kind` under this policy.
-    pub fn elem_bytes(self, dtype: DType, kind: &ValueKind) -> usize {
+    /// Bytes per element of a value of `dtype` and `kind` under this policy;
+    /// `readers_take_packed` says every step reading the value takes it packed.
+    pub fn elem_bytes(self, dtype: DType, kind: &ValueKind, readers_take_packed: bool) -> usize {
         let widen = dtype.is_half()
             && match self {
                 ArenaWidthPolicy::F32Uniform => true,
                 ArenaWidthPolicy::Native => false,
                 ArenaWidthPolicy::NativeHalfWidened => {
-                    matches!(kind, ValueKind::Input { .. } | ValueKind::Intermediate)
+                    !(matches!(kind, ValueKind::Param { .. }) && readers_take_packed)
                 }
             };
         if widen { 4 } else { dtype.size_bytes() }
     }
 }
+
+/// Whether a target's kernel reads operand `k` from packed 2-byte f16/bf16 storage.
+pub type PackedOperand = fn(&Kernel, usize) -> bool;
 
 /// A value's bytes: in the arena, or in the buffer of param `param`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,10 +157,23 @@ fn in_place_operand(s: &Schedule, step: usize) -> Vec<usize> {
     }
 }
 
-pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool, params_outside: bool) -> Result<MemoryPlan> {
+pub fn plan_memory(
+    s: &Schedule,
+    (policy, packed_operand): (ArenaWidthPolicy, PackedOperand),
+    reuse: bool,
+    params_outside: bool,
+) -> Result<MemoryPlan> {
     let n = s.values.len();
     let iv = value_intervals(s);
-    let elem = |v: ValueId| policy.elem_bytes(s.values[v].dtype, &s.values[v].kind);
+    // Values every reader takes packed (graph outputs are read by the boundary, which
+    // takes what the arena holds, but keep them simple: widened).
+    let mut take_packed: Vec<bool> = (0..n).map(|v| !s.is_output(v)).collect();
+    for step in &s.steps {
+        for (k, &v) in step.inputs.iter().enumerate() {
+            take_packed[v] &= packed_operand(&step.kernel, k);
+        }
+    }
+    let elem = |v: ValueId| policy.elem_bytes(s.values[v].dtype, &s.values[v].kind, take_packed[v]);
     let bytes = |v: ValueId| numel(&s.values[v].dims) * elem(v);
     let is_param = |v: ValueId| matches!(s.values[v].kind, ValueKind::Param { .. });
     let mut readers = vec![0usize; n];
@@ -176,7 +196,10 @@ pub fn plan_memory(s: &Schedule, policy: ArenaWidthPolicy, reuse: bool, params_o
         v
     };
     for (i, step) in s.steps.iter().enumerate() {
-        if reuse && let Some(elems) = view_offset(s, i) {
+        if reuse
+            && let Some(elems) = view_offset(s, i)
+            && elem(step.inputs[0]) == elem(step.outputs[0])
+        {
             let (src, out) = (step.inputs[0], step.outputs[0]);
             let r = root(&storage, src);
             storage[out] = r;
@@ -282,6 +305,22 @@ pub fn check_plan(s: &Schedule, plan: &MemoryPlan) -> Result<()> {
         };
         if slot.offset + slot.bytes > end {
             return Err(Error::internal(format!("plan: {} ends past {place}", s.describe(v))));
+        }
+    }
+    // Values sharing a storage (views, in-place steps) read it at one width: a packed
+    // value and a widened one never alias.
+    for &(v, _, slot) in &live {
+        let r = plan.storage[v];
+        if let Some(root) = plan.slots[r]
+            && root.elem_bytes != slot.elem_bytes
+        {
+            return Err(Error::internal(format!(
+                "plan: {} ({} bytes per element) shares the storage of {} ({})",
+                s.describe(v),
+                slot.elem_bytes,
+                s.describe(r),
+                root.elem_bytes
+            )));
         }
     }
     // A param written in place is read by the writing step alone: anything else reading

@@ -1,6 +1,6 @@
 //! Compile options, settable in code or from the environment.
 
-use rlx_ir::{Error, Result};
+use rlx_ir::{DType, Error, Result};
 
 /// How a graph's float math is carried out. Graph inputs and outputs always keep their
 /// declared dtypes whatever the policy.
@@ -23,6 +23,15 @@ impl PrecisionPolicy {
             "bf16" | "auto_mixed_bf16" | "automixedbf16" => Ok(PrecisionPolicy::AutoMixedBf16),
             "f16" | "auto_mixed_f16" | "automixedf16" => Ok(PrecisionPolicy::AutoMixedF16),
             other => Err(Error::input(format!("unknown precision policy '{other}' (expected f32, bf16 or f16)"))),
+        }
+    }
+
+    /// The half format a mixed policy computes in (None for `F32`).
+    pub fn half(self) -> Option<DType> {
+        match self {
+            PrecisionPolicy::F32 => None,
+            PrecisionPolicy::AutoMixedBf16 => Some(DType::BF16),
+            PrecisionPolicy::AutoMixedF16 => Some(DType::F16),
         }
     }
 }

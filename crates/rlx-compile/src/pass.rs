@@ -10,6 +10,8 @@ pub struct PassLog {
     pub notes: Vec<String>,
     /// Numerics hazards found while compiling, e.g. a folded constant that is NaN or inf.
     pub hazards: Vec<String>,
+    /// Casts the mixed-precision pass inserted (of non-constant values).
+    pub inserted_casts: usize,
 }
 
 /// A graph-to-graph rewrite that keeps the graph's inputs, params and outputs (names,
@@ -41,6 +43,21 @@ impl Pipeline {
             _ => return None,
         };
         Some(Pipeline { name: if name == "default" { "default" } else { "none" }, passes })
+    }
+
+    /// Mixed precision onto `half`, then the clean-up its casts allow (casts of
+    /// constants folded, round trips through an exact widening removed).
+    pub fn mixed(half: rlx_ir::DType) -> Pipeline {
+        Pipeline {
+            name: "mixed",
+            passes: vec![
+                Box::new(passes::MixedPrecision { half }),
+                Box::new(passes::ConstFold),
+                Box::new(passes::Simplify),
+                Box::new(passes::Cse),
+                Box::new(passes::Dce),
+            ],
+        }
     }
 
     /// Runs every pass in order. Debug builds verify the graph after each one, so a pass

@@ -4,8 +4,10 @@
 //! Each case says how deep its longest accumulation is, so a harness can derive its
 //! tolerance from the dtypes' unit roundoff instead of picking a flat bound.
 
+mod low_precision;
 mod models;
 
+pub use low_precision::{error_depth, low_precision_cases, narrowest_unit_roundoff, retyped, tolerance};
 pub use models::{TransformerConfig, transformer_block, transformer_stack};
 
 use rlx_ir::{
@@ -14,6 +16,7 @@ use rlx_ir::{
 use rlx_oracle::Rng;
 
 /// A graph and the values to run it with.
+#[derive(Clone)]
 pub struct Case {
     pub name: String,
     pub graph: Graph,

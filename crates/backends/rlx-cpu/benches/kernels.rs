@@ -46,6 +46,5 @@ fn main() {
     c.final_summary();
 
     // The anchor table. The SGEMM rows go through a compiled graph (rlx-cpu's program).
-    let sgemm = |dim: usize, threads: usize| rlx_cpu::bench::sgemm_program_gflops(dim, threads).unwrap_or(f64::NAN);
-    println!("\n{}", render(&kernel_suite(&sgemm)));
+    println!("\n{}", render(&kernel_suite()));
 }

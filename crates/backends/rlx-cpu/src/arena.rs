@@ -10,7 +10,7 @@
 //! step's outputs.
 
 use crate::buffer::{Class, Elem};
-use rlx_ir::{DType, Error, HostTensor, Result, encode_le, f32_to_bf16, f32_to_f16};
+use rlx_ir::{DType, Error, HostTensor, Result, encode_le};
 use std::marker::PhantomData;
 
 impl Drop for Arena {
@@ -90,7 +90,8 @@ impl Arena {
     }
 }
 
-/// Writes `t` into `dst`, a buffer of storage `class`, widening f16/bf16 to f32 storage.
+/// Writes `t` into `dst`, a buffer of storage `class`: f16/bf16 widened by value into f32
+/// storage, or copied bit for bit into their own packed class.
 pub fn write_host(dst: &mut [u8], class: Class, t: &HostTensor) -> Result<()> {
     match (class, t.dtype()) {
         (Class::F32, DType::F16) => {
@@ -103,7 +104,9 @@ pub fn write_host(dst: &mut [u8], class: Class, t: &HostTensor) -> Result<()> {
                 d.copy_from_slice(&half::bf16::from_le_bytes([s[0], s[1]]).to_f32().to_le_bytes());
             }
         }
-        _ if t.bytes().len() == dst.len() => dst.copy_from_slice(t.bytes()),
+        (c, d) if c == Class::for_storage(d, d.size_bytes())? && t.bytes().len() == dst.len() => {
+            dst.copy_from_slice(t.bytes())
+        }
         (c, d) => return Err(Error::internal(format!("write_host: {d} tensor into {c:?} storage"))),
     }
     Ok(())
@@ -114,13 +117,12 @@ pub fn read_host(src: &[u8], class: Class, dtype: DType, dims: &[usize]) -> Resu
     let bytes = match (class, dtype) {
         (Class::F32, DType::F16 | DType::BF16) => {
             let values: Vec<f32> = src.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            if dtype == DType::F16 {
-                encode_le(&values, |x| f32_to_f16(x).to_le_bytes())
-            } else {
-                encode_le(&values, |x| f32_to_bf16(x).to_le_bytes())
-            }
+            let mut halves = vec![0u16; values.len()];
+            crate::kernels::elementwise::narrow_to_half(dtype, &values, &mut halves);
+            encode_le(&halves, u16::to_le_bytes)
         }
-        _ => src.to_vec(),
+        (c, d) if c == Class::for_storage(d, d.size_bytes())? => src.to_vec(),
+        (c, d) => return Err(Error::internal(format!("read_host: {d} tensor from {c:?} storage"))),
     };
     HostTensor::from_bytes(dtype, dims, bytes)
 }

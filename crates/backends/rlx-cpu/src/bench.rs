@@ -149,17 +149,18 @@ fn melems(x: &[f32], mut kernel: impl FnMut(&[f32], &mut [f32])) -> f64 {
     x.len() as f64 / secs / 1e6
 }
 
-/// GFLOP/s of a `[dim, dim] x [dim, dim]` matmul graph compiled for `threads` workers.
-pub fn sgemm_program_gflops(dim: usize, threads: usize) -> rlx_ir::Result<f64> {
-    use rlx_ir::{DType, Graph, HostTensor};
-    let mut g = Graph::new("sgemm");
-    let a = g.input("a", DType::F32, &[dim, dim])?;
-    let b = g.param("b", DType::F32, &[dim, dim])?;
+/// GFLOP/s of a `[dim, dim] x [dim, dim]` matmul graph of `dtype` (input times a param
+/// weight, which an f16/bf16 graph keeps packed) compiled for `threads` workers.
+pub fn gemm_program_gflops(dtype: rlx_ir::DType, dim: usize, threads: usize) -> rlx_ir::Result<f64> {
+    use rlx_ir::{Graph, HostTensor};
+    let mut g = Graph::new("gemm");
+    let a = g.input("a", dtype, &[dim, dim])?;
+    let b = g.param("b", dtype, &[dim, dim])?;
     let c = g.matmul(a, b)?;
     g.set_outputs(&[c])?;
     let mut program = crate::CpuProgram::compile(&g, &rlx_compile::CompileOptions::default(), threads)?;
     let values: Vec<f32> = (0..dim * dim).map(|i| (i % 17) as f32 * 0.01).collect();
-    let t = HostTensor::from_f32(&[dim, dim], &values)?;
+    let t = HostTensor::from_f32_as(dtype, &[dim, dim], &values)?;
     program.set_param(0, &t)?;
     let mut failed = None;
     let secs = seconds_per_call(|| {
@@ -189,8 +190,11 @@ const VMATH: &[VmathEntry] = &[
     ("silu", "", vmath::silu_slice, |x| x / (1.0 + (-x).exp())),
 ];
 
-/// Runs the whole suite on one thread (plus the 2-thread GEMM row) and returns its rows.
-pub fn kernel_suite(sgemm_graph: &dyn Fn(usize, usize) -> f64) -> Vec<Row> {
+/// Runs the whole suite on one thread (plus the 2-thread GEMM rows) and returns its rows.
+pub fn kernel_suite() -> Vec<Row> {
+    use rlx_ir::DType;
+    let gemm_graph =
+        |dtype: DType, dim: usize, threads: usize| gemm_program_gflops(dtype, dim, threads).unwrap_or(f64::NAN);
     let arm = Arm::best();
     let n = 1 << 20;
     let x: Vec<f32> = (0..n).map(|i| ((i % 4093) as f32 / 4093.0) * 4.0 + 0.1).collect();
@@ -263,7 +267,7 @@ pub fn kernel_suite(sgemm_graph: &dyn Fn(usize, usize) -> f64) -> Vec<Row> {
 
     // SGEMM 1024^3 through a compiled graph.
     let dim = 1024;
-    let one = sgemm_graph(dim, 1);
+    let one = gemm_graph(DType::F32, dim, 1);
     let a: Vec<f32> = (0..dim * dim).map(|i| (i % 17) as f32 * 0.01).collect();
     let mut c = vec![0f32; dim * dim];
     let flops = 2.0 * (dim as f64).powi(3);
@@ -285,13 +289,27 @@ pub fn kernel_suite(sgemm_graph: &dyn Fn(usize, usize) -> f64) -> Vec<Row> {
             Anchor::new("gemm crate direct", Some(gemm_crate), None),
         ],
     });
-    let two = sgemm_graph(dim, 2);
+    let two = gemm_graph(DType::F32, dim, 2);
     table.push(Row {
         name: "sgemm 1024^3, 2 threads, compiled graph".into(),
         unit: "GFLOP/s",
         ours: two,
         anchors: vec![Anchor::new("rlx 1 thread", Some(one), Some(1.8))],
     });
+
+    // Half GEMM: a packed f16/bf16 weight (half the bytes of f32) times a half input,
+    // f32 sums; against the f32 graph above.
+    for (dtype, goal) in [(DType::BF16, Some(1.3)), (DType::F16, None)] {
+        let arm = crate::kernels::half_gemm::arm_for(dtype, dim);
+        for (threads, f32_rate) in [(1, one), (2, two)] {
+            table.push(Row {
+                name: format!("{dtype} gemm 1024^3, {threads} thr, packed ({arm})"),
+                unit: "GFLOP/s",
+                ours: gemm_graph(dtype, dim, threads),
+                anchors: vec![Anchor::new(&format!("rlx f32 {threads} thread(s)"), Some(f32_rate), goal)],
+            });
+        }
+    }
     table
 }
 

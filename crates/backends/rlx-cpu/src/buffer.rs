@@ -11,15 +11,21 @@ pub enum Class {
     I32,
     I64,
     U8,
+    /// Packed 2-byte f16 (`half::f16`): only the kernels `Target::CPU.packed_operand`
+    /// names read it; every other kernel's typed access refuses it.
+    F16,
+    /// Packed 2-byte bf16 (`half::bf16`), likewise.
+    BF16,
 }
 
 impl Class {
     /// The class holding `dtype` at `elem_bytes` per element (the width policy's answer):
-    /// f16/bf16 widened to 4 bytes live in f32; bool is u8 (0 or 1). Packed 2-byte halves
-    /// have no class here yet: the CPU's policy widens them.
+    /// f16/bf16 widened to 4 bytes live in f32, at 2 bytes packed; bool is u8 (0 or 1).
     pub fn for_storage(dtype: DType, elem_bytes: usize) -> Result<Class> {
         Ok(match (dtype, elem_bytes) {
             (DType::F32, 4) | (DType::F16 | DType::BF16, 4) => Class::F32,
+            (DType::F16, 2) => Class::F16,
+            (DType::BF16, 2) => Class::BF16,
             (DType::F64, 8) => Class::F64,
             (DType::I8, 1) => Class::I8,
             (DType::I32, 4) => Class::I32,
@@ -35,8 +41,14 @@ impl Class {
         match self {
             Class::F64 | Class::I64 => 8,
             Class::F32 | Class::I32 => 4,
+            Class::F16 | Class::BF16 => 2,
             Class::I8 | Class::U8 => 1,
         }
+    }
+
+    /// Whether this is a packed 2-byte half class.
+    pub fn is_packed_half(self) -> bool {
+        matches!(self, Class::F16 | Class::BF16)
     }
 }
 
@@ -62,6 +74,12 @@ impl Elem for i64 {
 }
 impl Elem for u8 {
     const CLASS: Class = Class::U8;
+}
+impl Elem for half::f16 {
+    const CLASS: Class = Class::F16;
+}
+impl Elem for half::bf16 {
+    const CLASS: Class = Class::BF16;
 }
 
 /// Arithmetic with the IR's semantics: IEEE for floats, wrapping for integers,
@@ -339,6 +357,9 @@ macro_rules! with_class {
                 type $T = u8;
                 $body
             }
+            packed @ ($crate::buffer::Class::F16 | $crate::buffer::Class::BF16) => Err(rlx_ir::Error::internal(
+                format!("this kernel cannot read packed {packed:?} storage (the width policy must widen its operand)"),
+            )),
         }
     };
 }

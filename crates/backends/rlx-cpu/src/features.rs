@@ -19,6 +19,9 @@ pub struct Features {
     pub avx512vnni: bool,
     pub avx512bf16: bool,
     pub avx512fp16: bool,
+    /// AMX tiles with bf16 dot products, enabled by the OS for this process (Linux grants
+    /// tile state on request: `arch_prctl(ARCH_REQ_XCOMP_PERM)`, asked once here).
+    pub amx_bf16: bool,
 }
 
 impl Features {
@@ -47,12 +50,14 @@ impl Features {
             ("avx512vnni", self.avx512vnni),
             ("avx512bf16", self.avx512bf16),
             ("avx512fp16", self.avx512fp16),
+            ("amx-bf16", self.amx_bf16),
         ]
     }
 }
 
-/// The host's features, detected on first use and cached. `RLX_ISA=portable` (or `avx2`)
-/// caps what the kernels may use, so every arm can be exercised on one machine.
+/// The host's features, detected on first use and cached. `RLX_ISA=portable` (or `avx2`,
+/// or `avx512`: everything but AMX) caps what the kernels may use, so every arm can be
+/// exercised on one machine.
 pub fn features() -> &'static Features {
     static CACHE: OnceLock<Features> = OnceLock::new();
     CACHE.get_or_init(|| cap(detect(), std::env::var("RLX_ISA").ok().as_deref()))
@@ -69,8 +74,10 @@ fn cap(f: Features, limit: Option<&str>) -> Features {
             avx512vnni: false,
             avx512bf16: false,
             avx512fp16: false,
+            amx_bf16: false,
             ..f
         },
+        Some("avx512") => Features { amx_bf16: false, ..f },
         _ => f,
     }
 }
@@ -91,7 +98,53 @@ fn detect() -> Features {
         avx512vnni: has!("avx512vnni"),
         avx512bf16: has!("avx512bf16"),
         avx512fp16: has!("avx512fp16"),
+        amx_bf16: amx_bf16_granted(),
     }
+}
+
+/// CPUID reports AMX-TILE and AMX-BF16, the OS saves tile state (XCR0 bits 17 and 18),
+/// and Linux grants this process the tile data permission.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn amx_bf16_granted() -> bool {
+    use std::arch::x86_64::__cpuid_count;
+    // CPUID is baseline on x86-64; leaf 7 is read only when leaf 0 says it exists.
+    if __cpuid_count(0, 0).eax < 7 {
+        return false;
+    }
+    let (leaf1, leaf7) = (__cpuid_count(1, 0), __cpuid_count(7, 0));
+    let (amx_tile, amx_bf16, osxsave) = (leaf7.edx >> 24 & 1 == 1, leaf7.edx >> 22 & 1 == 1, leaf1.ecx >> 27 & 1 == 1);
+    if !(amx_tile && amx_bf16 && osxsave) {
+        return false;
+    }
+    let (lo, _hi): (u32, u32);
+    // SAFETY: XGETBV is available when CPUID.1:ECX.OSXSAVE is set (checked above).
+    unsafe { std::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") _hi, options(nomem, nostack)) };
+    if lo >> 17 & 3 != 3 {
+        return false;
+    }
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    const SYS_ARCH_PRCTL: i64 = 158;
+    let ret: i64;
+    // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) only asks the kernel for a
+    // permission; it reads and writes no user memory.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        )
+    };
+    ret == 0
+}
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn amx_bf16_granted() -> bool {
+    false
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -18,11 +18,6 @@ use rlx_ir::{DType, Error, HostTensor, Result};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Bytes per element the CPU stores `dtype` in (f16/bf16 widened to f32, as in the arena).
-pub fn stored_bytes(dtype: DType) -> usize {
-    if dtype.is_half() { 4 } else { dtype.size_bytes() }
-}
-
 /// Bytes a param buffer can borrow (a memory map, a `Vec<u8>`, ...).
 pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
@@ -56,9 +51,15 @@ impl std::fmt::Debug for ParamBuffer {
 }
 
 impl ParamBuffer {
-    /// A zeroed, writable buffer for a `dtype` tensor of `dims` (f16/bf16 stored widened).
+    /// A zeroed, writable buffer for a `dtype` tensor of `dims`, each element in its
+    /// declared width (f16/bf16 packed).
     pub fn zeroed(dtype: DType, dims: &[usize]) -> Result<ParamBuffer> {
-        let class = Class::for_storage(dtype, stored_bytes(dtype))?;
+        ParamBuffer::zeroed_in(Class::for_storage(dtype, dtype.size_bytes())?, dtype, dims)
+    }
+
+    /// A zeroed, writable buffer storing `dtype` in `class` (a program's slot: f16/bf16
+    /// packed, or widened to f32 where a reader needs that).
+    pub(crate) fn zeroed_in(class: Class, dtype: DType, dims: &[usize]) -> Result<ParamBuffer> {
         let bytes = numel(dims) * class.size_bytes();
         let mut arena = Arena::new(bytes)?;
         let start = arena.base();
@@ -74,8 +75,8 @@ impl ParamBuffer {
     }
 
     /// A buffer holding the little-endian tensor in `bytes[range]`. Borrowed without a
-    /// copy when the CPU stores `dtype` as is and the range is aligned to its element;
-    /// otherwise an owned copy (f16/bf16 widened to the f32 the kernels read).
+    /// copy when the range is aligned to its element (f16/bf16 stay packed); otherwise an
+    /// owned copy.
     pub fn from_bytes(dtype: DType, dims: &[usize], bytes: SharedBytes, range: Range<usize>) -> Result<ParamBuffer> {
         let want = numel(dims) * dtype.size_bytes();
         let all = (*bytes).as_ref();
@@ -91,8 +92,8 @@ impl ParamBuffer {
                 range.end
             )));
         }
-        let class = Class::for_storage(dtype, stored_bytes(dtype))?;
-        if dtype.is_half() || !(src.as_ptr() as usize).is_multiple_of(class.size_bytes()) {
+        let class = Class::for_storage(dtype, dtype.size_bytes())?;
+        if !(src.as_ptr() as usize).is_multiple_of(class.size_bytes()) {
             let buffer = ParamBuffer::zeroed(dtype, dims)?;
             buffer.write(&HostTensor::from_bytes(dtype, dims, src.to_vec())?)?;
             return Ok(buffer);

@@ -245,7 +245,7 @@ impl CpuProgram {
             match &self.param_buffers[index] {
                 Some(buffer) if !buffer.is_borrowed() => buffer.write(value)?,
                 _ => {
-                    let owned = ParamBuffer::zeroed(leaf.dtype, &leaf.dims)?;
+                    let owned = ParamBuffer::zeroed_in(slot_class(leaf)?, leaf.dtype, &leaf.dims)?;
                     owned.write(value)?;
                     self.install(index, owned);
                 }
@@ -266,7 +266,10 @@ impl CpuProgram {
         self.param_written.get(index).copied().unwrap_or(false)
     }
 
-    /// Makes param `index` use `buffer` (same dtype and dims), without copying it.
+    /// Makes param `index` use `buffer` (same dtype and dims), without copying it, when
+    /// this program stores the param as the buffer does; a read-only param stored
+    /// otherwise (packed f16/bf16 bytes for a param this program widens) gets a converted
+    /// copy.
     pub fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
         if buffer.dtype() != leaf.dtype || buffer.dims() != leaf.dims.as_slice() {
@@ -283,10 +286,26 @@ impl CpuProgram {
                 leaf.name
             )));
         }
+        let buffer = match leaf.slot {
+            Some(slot) if slot.class != buffer.class() => {
+                if self.param_written[index] {
+                    return Err(Error::input(format!(
+                        "param '{}' is a cache this program writes in place as {:?} words; the buffer stores {:?}",
+                        leaf.name,
+                        slot.class,
+                        buffer.class()
+                    )));
+                }
+                let copy = ParamBuffer::zeroed_in(slot.class, leaf.dtype, &leaf.dims)?;
+                copy.write(&buffer.read()?)?;
+                copy
+            }
+            _ => buffer,
+        };
         if let Some(slot) = leaf.slot
-            && (slot.class != buffer.class() || slot.bytes() != buffer.byte_len())
+            && slot.bytes() != buffer.byte_len()
         {
-            return Err(Error::internal(format!("param '{}': buffer storage differs from its slot", leaf.name)));
+            return Err(Error::internal(format!("param '{}': buffer size differs from its slot", leaf.name)));
         }
         // A cache written in place must not alias another param the program reads.
         for (j, other) in self.param_buffers.iter().enumerate() {
@@ -400,6 +419,11 @@ fn execute_all(thunks: &[Thunk], bases: &[BufPtr]) -> Result<()> {
     Ok(())
 }
 
+/// The storage class of a param's slot (its declared width when nothing reads it).
+fn slot_class(leaf: &Leaf) -> Result<Class> {
+    leaf.slot.map_or_else(|| Class::for_storage(leaf.dtype, leaf.dtype.size_bytes()), |s| Ok(s.class))
+}
+
 fn check_type(leaf: &Leaf, value: &HostTensor) -> Result<()> {
     if value.dtype() != leaf.dtype || value.dims() != leaf.dims.as_slice() {
         return Err(Error::input(format!(
@@ -429,15 +453,15 @@ fn resolve(
             Kernel::Region(region::RegionPlan::new(r, out, &input_dims))
         }
         StepKernel::MatMulBias { act } => Kernel::MatMulBias {
-            plan: matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads),
+            plan: matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads).with_dtype(ins[0].0),
             act: *act,
         },
         StepKernel::SwiGlu => Kernel::SwiGlu,
-        StepKernel::SwiGluMatMul => {
-            Kernel::SwiGluMatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads))
-        }
+        StepKernel::SwiGluMatMul => Kernel::SwiGluMatMul(
+            matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads).with_dtype(ins[0].0),
+        ),
         StepKernel::MatMulT { ta, tb } => {
-            Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, *ta, *tb, threads))
+            Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, *ta, *tb, threads).with_dtype(ins[0].0))
         }
         StepKernel::AddNorm { rms, eps, gamma, beta, .. } => {
             Kernel::AddNorm { rms: *rms, eps: eps.0, len: last(0), gamma: *gamma, beta: *beta }
@@ -469,7 +493,9 @@ fn plan(
         Op::Where => Kernel::Where(Broadcast::new(out, &all_dims())),
         Op::Unary(u) => Kernel::Unary(*u),
         Op::Cast { to } => Kernel::Cast { from: ins[0].0, to: *to },
-        Op::MatMul => Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads)),
+        Op::MatMul => {
+            Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads).with_dtype(ins[0].0))
+        }
         Op::Reduce { op, axes, .. } => Kernel::Reduce(reduce::ReducePlan::new(*op, dims(0), axes)),
         Op::ArgMax { axis, .. } => Kernel::ArgMax(AxisSplit::new(dims(0), *axis)),
         Op::Softmax { axis } => Kernel::Softmax { split: AxisSplit::new(dims(0), *axis), log: false },

@@ -3,9 +3,11 @@
 mod const_fold;
 mod cse;
 mod dce;
+mod precision;
 mod simplify;
 
 pub use const_fold::ConstFold;
 pub use cse::Cse;
 pub use dce::Dce;
+pub use precision::MixedPrecision;
 pub use simplify::Simplify;

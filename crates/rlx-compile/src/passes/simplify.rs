@@ -1,10 +1,11 @@
 //! Algebraic simplification, only where the result is bit-identical for every input:
 //! `x * 1`, `x / 1`, `x + (-0)`, `x - (+0)` (`x + (+0)` is not: -0 + 0 = +0; integers
 //! allow both zeros), transpose of transpose, identity transposes, reshape of reshape,
-//! reshapes / expands to the operand's own dims, and casts to the same dtype.
+//! reshapes / expands to the operand's own dims, casts to the same dtype, and a cast back
+//! from an exact widening.
 
 use crate::pass::{Pass, PassLog, copy, rebuild};
-use rlx_ir::{BinaryOp, Graph, Node, NodeId, Op, Result};
+use rlx_ir::{BinaryOp, DType, Graph, Node, NodeId, Op, Result};
 
 pub struct Simplify;
 
@@ -51,6 +52,14 @@ fn simplified(g: &mut Graph, node: &Node, ins: &[NodeId]) -> Result<Option<NodeI
             }
         }
         Op::Cast { to } if g.dtype(ins[0]) == *to => Some(ins[0]),
+        // Back from an exact widening: cast(cast(x: A -> B) -> A) = x when B holds every A
+        // (f16/bf16 -> f32/f64, f32 -> f64).
+        Op::Cast { to } => match g.node(ins[0]).map(|n| (n.op().clone(), n.inputs().to_vec())) {
+            Some((Op::Cast { to: mid }, inner)) if g.dtype(inner[0]) == *to && widens_exactly(*to, mid) => {
+                Some(inner[0])
+            }
+            _ => None,
+        },
         Op::Reshape { .. } | Op::Expand { .. } if same_type(g, ins[0]) => Some(ins[0]),
         Op::Reshape { dims } => match g.node(ins[0]).map(|n| (n.op().clone(), n.inputs().to_vec())) {
             Some((Op::Reshape { .. }, inner)) => Some(g.reshape(inner[0], dims)?),
@@ -67,6 +76,10 @@ fn simplified(g: &mut Graph, node: &Node, ins: &[NodeId]) -> Result<Option<NodeI
         },
         _ => None,
     })
+}
+
+fn widens_exactly(from: DType, to: DType) -> bool {
+    matches!((from, to), (DType::F16 | DType::BF16, DType::F32 | DType::F64) | (DType::F32, DType::F64))
 }
 
 fn is_identity(perm: &[usize]) -> bool {

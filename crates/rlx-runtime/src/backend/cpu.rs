@@ -1,9 +1,9 @@
 //! The CPU backend behind the [`Backend`] trait.
 
 use super::{Backend, Executable};
-use crate::{CompileOptions, Device, PrecisionPolicy};
+use crate::{CompileOptions, Device};
 use rlx_cpu::{CpuProgram, ParamBuffer};
-use rlx_ir::{Error, Graph, HostTensor, Result};
+use rlx_ir::{Graph, HostTensor, Result};
 
 pub struct CpuBackend;
 
@@ -13,12 +13,6 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, graph: &Graph, options: &CompileOptions) -> Result<Box<dyn Executable>> {
-        if options.precision != PrecisionPolicy::F32 {
-            return Err(Error::unsupported(format!(
-                "precision policy {:?} is not implemented on the CPU backend yet; use PrecisionPolicy::F32",
-                options.precision
-            )));
-        }
         let threads = options.threads.unwrap_or_else(rlx_cpu::threads::default_threads);
         Ok(Box::new(CpuProgram::compile(graph, options, threads)?))
     }

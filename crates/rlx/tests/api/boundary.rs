@@ -124,3 +124,64 @@ fn half_intermediates_are_rounded_on_every_store() {
         assert_eq!(out[0], vec![0.0], "{dtype}");
     }
 }
+
+/// A half graph (matmul, gelu, softmax in f16 / bf16) through both entry points, against
+/// an f64 oracle on the same half values: `run` takes f32 values (rounded to the format
+/// on the way in) and returns f32; `run_typed` takes and returns the format's bytes.
+#[test]
+fn half_graphs_compute_through_run_and_run_typed() {
+    for dtype in [DType::F16, DType::BF16] {
+        let mut g = Graph::new("half_net");
+        let x = g.input("x", dtype, &[3, 5]).unwrap();
+        let w = g.param("w", dtype, &[5, 4]).unwrap();
+        let h = g.matmul(x, w).unwrap();
+        let h = g.unary(Unary::Gelu, h).unwrap();
+        let p = g.softmax(h, 1).unwrap();
+        g.set_outputs(&[h, p]).unwrap();
+        let xs: Vec<f32> = (0..15).map(|i| (i as f32 * 0.731).sin() * 1.7).collect();
+        let ws: Vec<f32> = (0..20).map(|i| (i as f32 * 0.377).cos()).collect();
+        let rounded = |v: &[f32]| HostTensor::from_f32_as(dtype, &[v.len()], v).unwrap().to_f64_vec();
+        let (xr, wr) = (rounded(&xs), rounded(&ws));
+        // Oracle: f64 product and gelu, each rounded to the format as the graph stores them.
+        let round = |v: f64| HostTensor::from_f64_as(dtype, &[], &[v]).unwrap().to_f64_vec()[0];
+        let mut want_h = vec![0.0; 12];
+        for i in 0..3 {
+            for j in 0..4 {
+                let dot = round((0..5).map(|k| xr[i * 5 + k] * wr[k * 4 + j]).sum());
+                want_h[i * 4 + j] = round(0.5 * dot * (1.0 + rlx_oracle::erf(dot / 2f64.sqrt())));
+            }
+        }
+        let mut want_p = vec![0.0; 12];
+        for i in 0..3 {
+            let row = &want_h[i * 4..i * 4 + 4];
+            let m = row.iter().fold(f64::MIN, |a, &b| a.max(b));
+            let z: f64 = row.iter().map(|v| (v - m).exp()).sum();
+            for j in 0..4 {
+                want_p[i * 4 + j] = (row[j] - m).exp() / z;
+            }
+        }
+        // One rounding of the dot product carried through gelu (|x gelu'(x)| <= 2 |gelu|
+        // here) plus the store: 4 u of the largest value; softmax of those inputs in f32,
+        // then stored.
+        let u = dtype.unit_roundoff();
+        let check = |got: &[f64], want: &[f64], what: &str| {
+            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+            for (k, (a, b)) in got.iter().zip(want).enumerate() {
+                assert!((a - b).abs() <= 4.0 * u * scale, "{dtype} {what}[{k}]: {a} vs {b}");
+            }
+        };
+        let mut c = compile(&g);
+        c.set_param("w", &ws).unwrap();
+        let out = c.run(&[("x", &xs)]).unwrap();
+        let as_f64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+        check(&as_f64(&out[0]), &want_h, "run h");
+        check(&as_f64(&out[1]), &want_p, "run p");
+        let t = HostTensor::from_f32_as(dtype, &[3, 5], &xs).unwrap();
+        let typed = c.run_typed(&[("x", &t)]).unwrap();
+        assert_eq!((typed[0].dtype(), typed[1].dtype()), (dtype, dtype));
+        check(&typed[0].to_f64_vec(), &want_h, "run_typed h");
+        check(&typed[1].to_f64_vec(), &want_p, "run_typed p");
+        // Both entry points computed the same values.
+        assert_eq!(typed[0].to_f32_vec(), out[0]);
+    }
+}

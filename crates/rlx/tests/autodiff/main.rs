@@ -4,6 +4,7 @@
 
 mod compose;
 mod jax;
+mod mixed;
 mod ops;
 mod scan;
 
@@ -35,15 +36,20 @@ pub type Build = Box<dyn Fn(&mut Graph, &[NodeId]) -> Result<NodeId>>;
 
 /// The values fed for each input: floats drawn from the spec, integers as given.
 pub fn draw(rng: &mut Rng, specs: &[Spec]) -> Vec<HostTensor> {
+    draw_as(rng, specs, DType::F64)
+}
+
+/// `draw` with float inputs of `dtype`.
+pub fn draw_as(rng: &mut Rng, specs: &[Spec], dtype: DType) -> Vec<HostTensor> {
     specs
         .iter()
         .map(|s| match s {
             Spec::Float { dims, lo, hi } => {
                 let n: usize = dims.iter().product();
                 let v: Vec<f64> = (0..n).map(|_| rng.uniform(*lo, *hi)).collect();
-                HostTensor::from_f64_as(DType::F64, dims, &v).unwrap()
+                HostTensor::from_f64_as(dtype, dims, &v).unwrap()
             }
-            Spec::Exact { dims, values } => HostTensor::from_f64_as(DType::F64, dims, values).unwrap(),
+            Spec::Exact { dims, values } => HostTensor::from_f64_as(dtype, dims, values).unwrap(),
             Spec::Int { dims, values } => HostTensor::from_i64(dims, values).unwrap(),
         })
         .collect()
@@ -52,12 +58,17 @@ pub fn draw(rng: &mut Rng, specs: &[Spec]) -> Vec<HostTensor> {
 /// `L = sum(op(inputs) * W)` with fixed random weights W: a scalar whose gradient
 /// exercises every output element of the op. Inputs are named `x0`, `x1`, ...
 pub fn scalar_graph(specs: &[Spec], build: &Build, seed: u64) -> Graph {
+    scalar_graph_as(specs, build, seed, DType::F64)
+}
+
+/// `scalar_graph` with float inputs (and weights) of `dtype`.
+pub fn scalar_graph_as(specs: &[Spec], build: &Build, seed: u64, dtype: DType) -> Graph {
     let mut g = Graph::new("case");
     let ids: Vec<NodeId> = specs
         .iter()
         .enumerate()
         .map(|(i, s)| match s {
-            Spec::Float { dims, .. } | Spec::Exact { dims, .. } => g.input(&format!("x{i}"), DType::F64, dims).unwrap(),
+            Spec::Float { dims, .. } | Spec::Exact { dims, .. } => g.input(&format!("x{i}"), dtype, dims).unwrap(),
             Spec::Int { dims, .. } => g.input(&format!("x{i}"), DType::I64, dims).unwrap(),
         })
         .collect();
@@ -65,7 +76,7 @@ pub fn scalar_graph(specs: &[Spec], build: &Build, seed: u64) -> Graph {
     let dims = g.dims(y).to_vec();
     let mut rng = Rng::new(seed);
     let w: Vec<f64> = (0..dims.iter().product()).map(|_| rng.uniform(-1.0, 1.0)).collect();
-    let w = g.constant_tensor(HostTensor::from_f64_as(DType::F64, &dims, &w).unwrap()).unwrap();
+    let w = g.constant_tensor(HostTensor::from_f64_as(dtype, &dims, &w).unwrap()).unwrap();
     let yw = g.mul(y, w).unwrap();
     let axes: Vec<usize> = (0..dims.len()).collect();
     let loss = if axes.is_empty() { yw } else { g.reduce(ReduceOp::Sum, yw, &axes, false).unwrap() };

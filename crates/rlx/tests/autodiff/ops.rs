@@ -9,10 +9,10 @@ use rlx::ir::quant::{QuantScheme, quantize};
 /// Relative step of the central differences: truncation error ~h^2, rounding ~eps/h.
 const H: f64 = 1e-5;
 
-struct Case {
-    name: String,
-    specs: Vec<Spec>,
-    build: Build,
+pub(super) struct Case {
+    pub(super) name: String,
+    pub(super) specs: Vec<Spec>,
+    pub(super) build: Build,
     /// Tolerance (relative to 1 + |finite difference|) of first and second order.
     tol: (f64, f64),
     /// The finite-difference step, relative to max(1, |x|).
@@ -23,7 +23,7 @@ fn case(name: &str, specs: Vec<Spec>, build: impl Fn(&mut Graph, &[NodeId]) -> R
     Case { name: name.to_string(), specs, build: Box::new(build), tol: (1e-6, 1e-5), h: H }
 }
 
-fn seed_of(name: &str) -> u64 {
+pub(super) fn seed_of(name: &str) -> u64 {
     name.bytes().fold(1469598103934665603u64, |h, b| (h ^ b as u64).wrapping_mul(1099511628211))
 }
 
@@ -111,7 +111,7 @@ fn unary_domain(u: Unary) -> (f64, f64) {
     }
 }
 
-fn elementwise_cases() -> Vec<Case> {
+pub(super) fn elementwise_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for u in Unary::ALL {
         let (lo, hi) = unary_domain(u);
@@ -160,7 +160,7 @@ fn elementwise_cases() -> Vec<Case> {
     cases
 }
 
-fn structural_cases() -> Vec<Case> {
+pub(super) fn structural_cases() -> Vec<Case> {
     let mut cases = vec![
         case("matmul", vec![float(&[2, 3], -1.0, 1.0), float(&[3, 4], -1.0, 1.0)], |g, x| g.matmul(x[0], x[1])),
         case("matmul_batched_bcast", vec![float(&[2, 2, 3], -1.0, 1.0), float(&[3, 2], -1.0, 1.0)], |g, x| {
@@ -221,7 +221,7 @@ fn structural_cases() -> Vec<Case> {
     cases
 }
 
-fn conv_cases() -> Vec<Case> {
+pub(super) fn conv_cases() -> Vec<Case> {
     let params = Conv2dParams { stride: [2, 1], padding: [1, 0, 1, 2], dilation: [1, 2], groups: 2 };
     let pool = PoolParams { kernel: [2, 3], stride: [1, 2], padding: [1, 1, 0, 1] };
     vec![
@@ -261,7 +261,7 @@ fn conv_cases() -> Vec<Case> {
     ]
 }
 
-fn sequence_cases() -> Vec<Case> {
+pub(super) fn sequence_cases() -> Vec<Case> {
     let qkv = |hq: usize, hkv: usize, sq: usize, skv: usize| {
         vec![
             float(&[1, hq, sq, 4], -1.0, 1.0),

@@ -162,3 +162,50 @@ fn reuse_and_views_shrink_the_arena() {
     assert_eq!(budget.arena_bytes, with.plan.arena_bytes);
     assert_eq!(budget.reuse_saved_bytes, with.plan.unshared_bytes - with.plan.arena_bytes);
 }
+
+/// The low-precision family under every policy against its f64 twin (the same graph with
+/// every float in f64, fed the same half values): within `rlx_corpus::tolerance`, from
+/// the narrowest format's unit roundoff (the graph's or the policy's), the graph's
+/// `error_depth` and the largest magnitude any value of the twin reaches. Outputs keep
+/// their declared dtypes.
+#[test]
+fn low_precision_family_tracks_its_f64_twin() {
+    for case in rlx_corpus::low_precision_cases().unwrap() {
+        let widen = |ts: &[(String, HostTensor)]| -> Vec<(String, HostTensor)> {
+            ts.iter()
+                .map(|(n, t)| {
+                    let w = if t.dtype().is_float() {
+                        HostTensor::from_f64_as(DType::F64, t.dims(), &t.to_f64_vec()).unwrap()
+                    } else {
+                        t.clone()
+                    };
+                    (n.clone(), w)
+                })
+                .collect()
+        };
+        let twin = rlx_corpus::retyped(&case.graph, DType::F64).unwrap();
+        let mut everything = twin.clone();
+        let values: Vec<NodeId> =
+            twin.nodes().filter(|(id, n)| !n.op().is_leaf() && twin.dtype(*id).is_float()).map(|(id, _)| id).collect();
+        everything.set_outputs(&values).unwrap();
+        let reference = Case { graph: twin, inputs: widen(&case.inputs), params: widen(&case.params), ..case.clone() };
+        let want = run(&reference, &CompileOptions::default());
+        let magnitude = run(&Case { graph: everything, ..reference.clone() }, &CompileOptions::default())
+            .iter()
+            .flat_map(HostTensor::to_f64_vec)
+            .filter(|v| v.is_finite())
+            .fold(0f64, |m, v| m.max(v.abs()));
+        let depth = rlx_corpus::error_depth(&case.graph);
+        for policy in [PrecisionPolicy::F32, PrecisionPolicy::AutoMixedBf16, PrecisionPolicy::AutoMixedF16] {
+            let u =
+                policy.half().map_or(0.0, DType::unit_roundoff).max(rlx_corpus::narrowest_unit_roundoff(&case.graph));
+            let tol = rlx_corpus::tolerance(u, depth, magnitude);
+            let got = run(&case, &CompileOptions::default().with_precision(policy));
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.dtype(), case.graph.dtype(case.graph.outputs()[k]), "{} {policy:?} output {k}", case.name);
+                let err = g.to_f64_vec().iter().zip(w.to_f64_vec()).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+                assert!(err <= tol, "{} {policy:?} output {k}: error {err:.3e} > {tol:.3e}", case.name);
+            }
+        }
+    }
+}

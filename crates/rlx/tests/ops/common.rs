@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use rlx::prelude::*;
-pub use rlx_oracle::{Half, Rng, erf, erfc, round_half};
+pub use rlx_oracle::{Half, Rng, decode_small_float, erf, erfc, round_half};
 
 pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 pub const INTS: [DType; 4] = [DType::I8, DType::I32, DType::I64, DType::U8];

@@ -4,6 +4,7 @@
 mod common;
 
 mod attention;
+mod casts;
 mod conv;
 mod elementwise;
 mod gather;

@@ -113,3 +113,102 @@ fn matmul_rejects_bad_shapes() {
     let b = input(DType::F32, &[3, 3, 2], vec![0.0; 18]);
     assert!(eval(&[a, b], |g, x| g.matmul(x[0], x[1])).unwrap_err().message().contains("batch"));
 }
+
+/// `x @ w` (or `x @ w^T` with `w` stored `[n, k]`), `w` an input (widened in the arena)
+/// or a param (kept packed in 2 bytes: the matmul is its only reader).
+fn half_product(x: &In, w: &In, transposed: bool, w_is_param: bool) -> HostTensor {
+    let mut g = Graph::new("half_matmul");
+    let xi = g.input("x", x.dtype, &x.dims).unwrap();
+    let wi = if w_is_param { g.param("w", w.dtype, &w.dims) } else { g.input("w", w.dtype, &w.dims) }.unwrap();
+    let wt = if transposed { g.transpose(wi, &[1, 0]).unwrap() } else { wi };
+    let o = g.matmul(xi, wt).unwrap();
+    g.set_outputs(&[o]).unwrap();
+    let mut c = Session::new(Device::Cpu).unwrap().compile_with(&g, &CompileOptions::default()).unwrap();
+    let xt = HostTensor::from_f64_as(x.dtype, &x.dims, &x.values).unwrap();
+    let wt = HostTensor::from_f64_as(w.dtype, &w.dims, &w.values).unwrap();
+    if w_is_param {
+        c.set_param_typed("w", &wt).unwrap();
+        c.run_typed(&[("x", &xt)]).unwrap().remove(0)
+    } else {
+        c.run_typed(&[("x", &xt), ("w", &wt)]).unwrap().remove(0)
+    }
+}
+
+#[test]
+fn half_matmuls_with_packed_or_widened_weights_match_reference() {
+    // Sizes around the AMX tile (16 rows, 32 of k, 32-column blocks) and the convert
+    // arm's 256-row panels; m >= 16 takes AMX on a CPU that has it.
+    let shapes = [(1, 1, 1), (3, 17, 5), (16, 32, 16), (17, 33, 31), (33, 100, 47), (64, 64, 64), (20, 300, 9)];
+    let mut rng = Rng::new(12);
+    for dtype in [DType::F16, DType::BF16] {
+        for (m, k, n) in shapes {
+            for transposed in [false, true] {
+                let x = rand_input(&mut rng, dtype, &[m, k], -2.0, 2.0);
+                let w_dims = if transposed { [n, k] } else { [k, n] };
+                let w = rand_input(&mut rng, dtype, &w_dims, -2.0, 2.0);
+                // The reference reads w as [k, n].
+                let w_kn = if transposed {
+                    let v = (0..k * n).map(|i| w.values[(i % n) * k + i / n]).collect();
+                    input(dtype, &[k, n], v)
+                } else {
+                    input(dtype, &[k, n], w.values.clone())
+                };
+                let (expected, mags) = reference(&x, &w_kn, &[m, n]);
+                for param in [false, true] {
+                    let got = half_product(&x, &w, transposed, param);
+                    let what = format!("{dtype} [{m},{k}]x[{k},{n}] transposed {transposed} param {param}");
+                    assert_close(
+                        &got,
+                        dtype,
+                        &[m, n],
+                        &expected,
+                        |i| bound(dtype, k as f64 + 1.0, mags[i], expected[i]),
+                        &what,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn half_matmul_keeps_subnormals_and_specials() {
+    // bf16 subnormals (AMX would read them as zero) scaled up by a large weight: the
+    // products are normal and must count. 32 rows: the size AMX takes.
+    let (m, k, n) = (32, 40, 24);
+    let tiny = 2f64.powi(-130); // a bf16 subnormal
+    let big = 2f64.powi(100);
+    for dtype in [DType::BF16, DType::F16] {
+        let (t, b) = if dtype == DType::BF16 { (tiny, big) } else { (2f64.powi(-20), 2f64.powi(10)) };
+        let xv: Vec<f64> = (0..m * k).map(|i| if i % 3 == 0 { t * (1 + i % 5) as f64 } else { 0.0 }).collect();
+        let wv: Vec<f64> = (0..k * n).map(|i| b * ((i % 7) as f64 - 3.0)).collect();
+        let (x, w) = (input(dtype, &[m, k], xv), input(dtype, &[k, n], wv));
+        let (expected, mags) = reference(&x, &w, &[m, n]);
+        assert!(expected.iter().any(|&v| v != 0.0), "test bug: the subnormals must matter");
+        for param in [false, true] {
+            let got = half_product(&x, &w, false, param);
+            assert_close(
+                &got,
+                dtype,
+                &[m, n],
+                &expected,
+                |i| bound(dtype, k as f64 + 1.0, mags[i], expected[i]),
+                "subnormal x",
+            );
+        }
+    }
+    // NaN and infinity through a 32-row bf16 product: row 0 holds a NaN, row 1 an
+    // infinity against a positive column.
+    let (m, k, n) = (32, 32, 32);
+    let mut xv = vec![1.0; m * k];
+    xv[0] = f64::NAN;
+    xv[k] = f64::INFINITY;
+    let x = input(DType::BF16, &[m, k], xv);
+    let w = input(DType::BF16, &[k, n], vec![0.5; k * n]);
+    for param in [false, true] {
+        let got = half_product(&x, &w, false, param).to_f64_vec();
+        assert!(got[..n].iter().all(|v| v.is_nan()), "NaN row");
+        assert!(got[n..2 * n].iter().all(|&v| v == f64::INFINITY), "inf row");
+        assert!(got[2 * n..].iter().all(|&v| v == 16.0), "plain rows");
+    }
+}

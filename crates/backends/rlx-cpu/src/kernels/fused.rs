@@ -1,10 +1,11 @@
 //! Pattern-fused kernels (see `rlx_compile::fusion::patterns`): matmul + bias +
 //! activation, SwiGLU (with and without its two matmuls), add + norm, RMSNorm * SiLU,
 //! L2 normalization. Each computes in f32 with the row kernels and activation functions
-//! the unfused ops use; each picks its ISA arm once per call.
+//! the unfused ops use; each picks its ISA arm once per call. The matmul operands may be
+//! packed f16/bf16 (the matmul family's `product_into` reads either storage).
 
 use super::elementwise::unary_f32_inplace;
-use super::matmul::{MatMulPlan, gemm_f32_into};
+use super::matmul::{MatMulPlan, product_into};
 use super::rows;
 use crate::arena::{Args, Out};
 use crate::features::Arm;
@@ -14,9 +15,9 @@ use rlx_ir::{Result, Unary};
 
 /// `act(a @ b + bias)`, bias broadcast along rows of `n`.
 pub fn matmul_bias(plan: &MatMulPlan, act: Option<Unary>, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
-    let (a, b, bias): (&[f32], &[f32], &[f32]) = (ins.get(0)?, ins.get(1)?, ins.get(2)?);
+    let bias: &[f32] = ins.get(2)?;
     let o = out.get::<f32>(0)?;
-    gemm_f32_into(plan, a, b, o)?;
+    product_into(plan, ins, (0, 1), o)?;
     let n = plan.dims().2;
     par_rows_mut(o, n, |rows| {
         for row in rows.chunks_exact_mut(n.max(1)) {
@@ -42,10 +43,9 @@ pub fn swiglu(arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
 
 /// `(x @ wu) * silu(x @ wg)`; output 1 is the planner's scratch for `x @ wg`.
 pub fn swiglu_matmul(plan: &MatMulPlan, arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
-    let (x, wg, wu): (&[f32], &[f32], &[f32]) = (ins.get(0)?, ins.get(1)?, ins.get(2)?);
     let (o, gate) = out.pair::<f32>(0, 1)?;
-    gemm_f32_into(plan, x, wg, gate)?;
-    gemm_f32_into(plan, x, wu, o)?;
+    product_into(plan, ins, (0, 1), gate)?;
+    product_into(plan, ins, (0, 2), o)?;
     par_chunks(o, |start, chunk| rows::swiglu_inplace(arm, &gate[start..start + chunk.len()], chunk));
     Ok(())
 }

@@ -15,9 +15,22 @@ pub struct GatherPlan {
 
 pub fn gather(plan: &GatherPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     let count = ins.slot(1)?.len;
+    let w = plan.row_len;
+    // A packed f16/bf16 table (an embedding kept in 2 bytes): rows widened as copied.
+    if class.is_packed_half() {
+        let out: &mut [f32] = out_mut(out)?;
+        for pos in 0..count {
+            let row = checked_index(ins, 1, pos, plan.rows, &plan.table)?;
+            let dst = &mut out[pos * w..(pos + 1) * w];
+            match class {
+                Class::F16 => super::half_gemm::widen_f16(&ins.get::<half::f16>(0)?[row * w..(row + 1) * w], dst),
+                _ => super::half_gemm::widen_bf16(&ins.get::<half::bf16>(0)?[row * w..(row + 1) * w], dst),
+            }
+        }
+        return Ok(());
+    }
     with_class!(class, T => {
         let (table, out): (&[T], &mut [T]) = (ins.get(0)?, out_mut(out)?);
-        let w = plan.row_len;
         for pos in 0..count {
             let row = checked_index(ins, 1, pos, plan.rows, &plan.table)?;
             out[pos * w..(pos + 1) * w].copy_from_slice(&table[row * w..(row + 1) * w]);

@@ -1,9 +1,10 @@
 //! Batched matmul (semantics in `rlx_ir::ops::matmul`).
 //!
-//! f32 (and f16/bf16, stored widened) and f64 go through the `gemm` crate's packed
-//! kernels, which pick AVX-512 / AVX2+FMA / SSE2 micro-kernels at run time: measured here
-//! at 1024^3 on one thread, ~172 GFLOP/s against OpenBLAS 0.3.21's ~164 and
-//! matrixmultiply's ~150. Integer matmuls keep the plain loop (exact, wrapping).
+//! f32 and f64 go through the `gemm` crate's packed kernels, which pick AVX-512 /
+//! AVX2+FMA / SSE2 micro-kernels at run time: measured here at 1024^3 on one thread,
+//! ~172 GFLOP/s against OpenBLAS 0.3.21's ~164 and matrixmultiply's ~150. f16/bf16
+//! operands, widened or packed, go through `half_gemm` (AMX, or panels widened to f32).
+//! Integer matmuls keep the plain loop (exact, wrapping).
 //!
 //! Either operand may be stored transposed (the compiler folds a transpose of the last
 //! two axes into the matmul): the plan then reads it with swapped strides.
@@ -12,12 +13,13 @@
 //! product by output tiles; neither changes any element's accumulation order, so the
 //! result is bit-identical for every thread count.
 
+use super::half_gemm::{self, Operand};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Num};
 use crate::threads::MIN_PARALLEL_ELEMS;
 use rayon::prelude::*;
 use rlx_ir::shape::{broadcast_strides, numel};
-use rlx_ir::{Error, Result};
+use rlx_ir::{DType, Error, Result};
 
 #[derive(Clone, Debug)]
 pub struct MatMulPlan {
@@ -30,6 +32,8 @@ pub struct MatMulPlan {
     a_strides: (usize, usize),
     b_strides: (usize, usize),
     threads: usize,
+    /// The operands' dtype when it is f16 or bf16 (the half GEMM's arms).
+    half: Option<DType>,
 }
 
 /// Multiply-adds below which a product runs on one thread (~64^3: the split's
@@ -63,7 +67,13 @@ impl MatMulPlan {
         }
         let a_strides = if ta { (1, m) } else { (k, 1) };
         let b_strides = if tb { (1, k) } else { (n, 1) };
-        MatMulPlan { m, k, n, batches, a_strides, b_strides, threads }
+        MatMulPlan { m, k, n, batches, a_strides, b_strides, threads, half: None }
+    }
+
+    /// The plan for operands of `dtype` (f16/bf16 take the half GEMM).
+    pub fn with_dtype(mut self, dtype: DType) -> MatMulPlan {
+        self.half = dtype.is_half().then_some(dtype);
+        self
     }
 
     /// (m, k, n) and the number of products.
@@ -73,6 +83,9 @@ impl MatMulPlan {
 }
 
 pub fn matmul(plan: &MatMulPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    if plan.half.is_some() {
+        return product_into(plan, ins, (0, 1), out_mut(out)?);
+    }
     match class {
         Class::F32 => gemm_batched::<f32>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
         Class::F64 => gemm_batched::<f64>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
@@ -80,36 +93,73 @@ pub fn matmul(plan: &MatMulPlan, class: Class, ins: &Args, out: &mut Out) -> Res
         Class::I32 => loops::<i32>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
         Class::I64 => loops::<i64>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
         Class::U8 => loops::<u8>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
+        packed @ (Class::F16 | Class::BF16) => {
+            Err(Error::internal(format!("matmul planned for f32/f64 reads {packed:?} storage")))
+        }
     }
 }
 
-/// The f32 product of `plan` (fused kernels call this, then work on `out`).
-pub fn gemm_f32_into(plan: &MatMulPlan, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
-    gemm_batched(plan, a, b, out)
+/// Operand `i` of a float matmul as its slot stores it: widened f32 words or packed halves.
+fn operand<'a>(ins: &Args<'a>, i: usize) -> Result<Operand<'a>> {
+    Ok(match ins.slot(i)?.class {
+        Class::F16 => Operand::F16(ins.get(i)?),
+        Class::BF16 => Operand::BF16(ins.get(i)?),
+        _ => Operand::Wide(ins.get(i)?),
+    })
+}
+
+/// The f32 product of `plan` of operands `ins[a] @ ins[b]` into `out` (f32 words): the
+/// matmul kernel, and the fused kernels that work on `out` afterwards.
+pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: &mut [f32]) -> Result<()> {
+    let MatMulPlan { m, k, n, .. } = *plan;
+    let (sa, sb) = (plan.a_strides, plan.b_strides);
+    match plan.half {
+        Some(dtype) => {
+            let (a, b) = (operand(ins, a)?, operand(ins, b)?);
+            for_each_product(plan, (a.len(), b.len()), out, |oa, ob, c, threads| {
+                half_gemm::gemm(dtype, (m, k, n), a.from(oa), sa, b.from(ob), sb, c, n, threads)
+            })
+        }
+        None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),
+    }
 }
 
 fn gemm_batched<T: Gemm>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+    let MatMulPlan { m, k, n, .. } = *plan;
+    let (sa, sb) = (plan.a_strides, plan.b_strides);
+    let (mk, kn) = (m * k, k * n);
+    for_each_product(plan, (a.len(), b.len()), out, |oa, ob, c, threads| {
+        T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, n, threads)
+    })
+}
+
+/// Calls `product(a offset, b offset, output matrix, threads)` for every batch entry:
+/// the batch split across threads (many small products, one thread each) or each
+/// product given every thread.
+fn for_each_product<T: Send>(
+    plan: &MatMulPlan,
+    (a_len, b_len): (usize, usize),
+    out: &mut [T],
+    product: impl Fn(usize, usize, &mut [T], usize) + Sync,
+) -> Result<()> {
     let MatMulPlan { m, k, n, .. } = *plan;
     let (mk, kn, mn) = (m * k, k * n, m * n);
     if mn == 0 {
         return Ok(());
     }
     for &(oa, ob) in &plan.batches {
-        if oa + mk > a.len() || ob + kn > b.len() {
+        if oa + mk > a_len || ob + kn > b_len {
             return Err(Error::internal("matmul plan reads past an operand"));
         }
     }
     let macs = mk * n;
-    let (sa, sb) = (plan.a_strides, plan.b_strides);
     let parallel_batches = plan.threads > 1 && plan.batches.len() >= plan.threads && macs < MIN_PARALLEL_MACS * 4;
     if parallel_batches && plan.batches.len() * mn >= MIN_PARALLEL_ELEMS / 8 {
-        out.par_chunks_mut(mn).zip(plan.batches.par_iter()).for_each(|(c, &(oa, ob))| {
-            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, n, 1);
-        });
+        out.par_chunks_mut(mn).zip(plan.batches.par_iter()).for_each(|(c, &(oa, ob))| product(oa, ob, c, 1));
     } else {
         let threads = if macs >= MIN_PARALLEL_MACS { plan.threads } else { 1 };
         for (c, &(oa, ob)) in out.chunks_mut(mn).zip(&plan.batches) {
-            T::gemm(m, k, n, &a[oa..oa + mk], sa, &b[ob..ob + kn], sb, c, n, threads);
+            product(oa, ob, c, threads);
         }
     }
     Ok(())
@@ -133,6 +183,24 @@ pub trait Gemm: Copy + Send + Sync + 'static {
         c: &mut [Self],
         c_row: usize,
         threads: usize,
+    ) {
+        Self::gemm_acc(m, k, n, a, sa, b, sb, c, c_row, threads, false)
+    }
+
+    /// `c = a b`, or `c += a b` when `accumulate`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_acc(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: &[Self],
+        sa: (usize, usize),
+        b: &[Self],
+        sb: (usize, usize),
+        c: &mut [Self],
+        c_row: usize,
+        threads: usize,
+        accumulate: bool,
     );
 
     /// Row-major `c = a b`.
@@ -149,7 +217,7 @@ fn fits(rows: usize, cols: usize, (rs, cs): (usize, usize), len: usize) -> bool 
 macro_rules! impl_gemm {
     ($t:ty) => {
         impl Gemm for $t {
-            fn gemm(
+            fn gemm_acc(
                 m: usize,
                 k: usize,
                 n: usize,
@@ -160,6 +228,7 @@ macro_rules! impl_gemm {
                 c: &mut [Self],
                 c_row: usize,
                 threads: usize,
+                accumulate: bool,
             ) {
                 // Rows of c must not overlap (threads write them concurrently).
                 assert!(
@@ -180,14 +249,14 @@ macro_rules! impl_gemm {
                         c.as_mut_ptr(),
                         1,
                         c_row as isize,
-                        false,
+                        accumulate,
                         a.as_ptr(),
                         sa.1 as isize,
                         sa.0 as isize,
                         b.as_ptr(),
                         sb.1 as isize,
                         sb.0 as isize,
-                        0.0,
+                        1.0,
                         1.0,
                         false,
                         false,

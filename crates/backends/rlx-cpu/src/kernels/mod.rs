@@ -7,6 +7,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod fused;
 pub mod gather;
+pub mod half_gemm;
 pub mod kv_cache;
 pub mod layout;
 pub mod loss;
