@@ -93,40 +93,59 @@ fn median_seconds(warm: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -
 }
 
 /// The training step (forward, backward, AdamW update) of the digits MLP and of a
-/// 2-layer character transformer, beside JAX's jitted step (tools/bench/jax_train_bench.py)
-/// measured in the same run.
+/// 2-layer character transformer in f32 and in bf16 (bf16 params and compute, f32 master
+/// weights), beside JAX's jitted f32 step (tools/bench/jax_train_bench.py) and the f32 /
+/// bf16 / f16 GEMM rates, all measured in the same run.
 fn train() -> Result<()> {
     use rlx::optim::{Rule, Schedule};
-    use rlx::train::{Trainer, TransformerConfig, char_transformer, mlp};
+    use rlx::train::{Network, Trainer, TransformerConfig, char_transformer, mlp};
     let threads = rlx::runtime::cpu::default_threads();
-    println!("rlx bench train: one training step (forward, backward, AdamW), f32, {threads} threads, median");
-    let options = CompileOptions { threads: Some(threads), ..CompileOptions::default() };
+    println!("rlx bench train: one training step (forward, backward, AdamW), {threads} threads, median");
     let mut rng = rlx::train::Rng::new(5);
     let mut uniform = |n: usize| (0..n).map(|_| rng.uniform() as f32).collect::<Vec<f32>>();
-    // Digits MLP 64 -> 512 -> 10, batch 64.
-    let mut t = Trainer::new(mlp(512), 64, Rule::adamw(0.05), Schedule::Constant(1e-3), 1, &options)?;
-    let x = HostTensor::from_f32(&[64, 64], &uniform(64 * 64))?;
-    let y = HostTensor::from_i64(&[64], &(0..64).map(|i| i % 10).collect::<Vec<i64>>())?;
-    let mlp_s = median_seconds(5, 200, || t.step(&x, &y).map(|_| ()))?;
+    let digits_x = HostTensor::from_f32(&[64, 64], &uniform(64 * 64))?;
+    let digits_y = HostTensor::from_i64(&[64], &(0..64).map(|i| i % 10).collect::<Vec<i64>>())?;
+    let ids: Vec<i64> = (0..16 * 64).map(|i| (i * 37 % 64) as i64).collect();
+    let chars = HostTensor::from_i64(&[16, 64], &ids)?;
+    // (step seconds, param bytes) of a network at a precision.
+    let measure =
+        |network: Network, batch: usize, policy: PrecisionPolicy, (x, y): (&HostTensor, &HostTensor), reps: usize| {
+            let options = CompileOptions { threads: Some(threads), ..CompileOptions::default() }.with_precision(policy);
+            let mut t = Trainer::new(network, batch, Rule::adamw(0.05), Schedule::Constant(1e-3), 1, &options)?;
+            let seconds = median_seconds(3, reps, || t.step(x, y).map(|_| ()))?;
+            Ok::<_, Error>((seconds, t.param_bytes()))
+        };
     // Character transformer: vocab 64, sequence 64, width 128, 4 heads, 2 blocks, batch 16.
     let cfg = TransformerConfig { vocab: 64, seq: 64, dim: 128, heads: 4, layers: 2 };
-    let mut t = Trainer::new(char_transformer(cfg), 16, Rule::adamw(0.05), Schedule::Constant(1e-3), 1, &options)?;
-    let ids: Vec<i64> = (0..16 * 64).map(|i| (i * 37 % 64) as i64).collect();
-    let x = HostTensor::from_i64(&[16, 64], &ids)?;
-    let tf_s = median_seconds(3, 20, || t.step(&x, &x).map(|_| ()))?;
+    let mut rows = Vec::new();
+    for policy in [PrecisionPolicy::F32, PrecisionPolicy::AutoMixedBf16] {
+        let m = measure(mlp(512), 64, policy, (&digits_x, &digits_y), 200)?;
+        let t = measure(char_transformer(cfg), 16, policy, (&chars, &chars), 20)?;
+        rows.push((policy, m, t));
+    }
     let jax = jax_train(threads);
     println!();
-    println!("{:<36} {:>12} {:>12} {:>10}", "step", "rlx", "jax", "jax / rlx");
-    for (name, ours, key) in [
-        ("digits MLP 64-512-10, batch 64", mlp_s, "mlp_step_seconds"),
-        ("char transformer 2x128, batch 16x64", tf_s, "transformer_step_seconds"),
-    ] {
+    println!(
+        "{:<36} {:>10} {:>12} {:>12} {:>10} {:>12}",
+        "step", "precision", "rlx", "jax f32", "jax / rlx", "param bytes"
+    );
+    for (k, (name, key)) in [
+        ("digits MLP 64-512-10, batch 64", "mlp_step_seconds"),
+        ("char transformer 2x128, batch 16x64", "transformer_step_seconds"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let theirs = jax.as_ref().ok().and_then(|j| j[key].as_f64());
-        let (t, ratio) = match theirs {
-            Some(j) => (format!("{:.3} ms", j * 1e3), format!("{:.2}x", j / ours)),
-            None => ("-".into(), "-".into()),
-        };
-        println!("{name:<36} {:>9.3} ms {t:>12} {ratio:>10}", ours * 1e3);
+        for (policy, m, t) in &rows {
+            let (ours, bytes) = if k == 0 { *m } else { *t };
+            let (t, ratio) = match theirs {
+                Some(j) => (format!("{:.3} ms", j * 1e3), format!("{:.2}x", j / ours)),
+                None => ("-".into(), "-".into()),
+            };
+            let precision = if *policy == PrecisionPolicy::F32 { "f32" } else { "bf16" };
+            println!("{name:<36} {precision:>10} {:>9.3} ms {t:>12} {ratio:>10} {bytes:>12}", ours * 1e3);
+        }
     }
     match jax {
         Ok(j) => println!(
@@ -134,6 +153,13 @@ fn train() -> Result<()> {
             j["engine"].as_str().unwrap_or("jax")
         ),
         Err(why) => println!("\nJAX not measured: {why} (pip install jax optax)"),
+    }
+    println!();
+    let f32_rate = bench::gemm_program_gflops(DType::F32, 1024, 1)?;
+    println!("GEMM 1024^3, 1 thread, weight stored as the dtype: f32 {f32_rate:.0} GFLOP/s");
+    for dtype in [DType::BF16, DType::F16] {
+        let rate = bench::gemm_program_gflops(dtype, 1024, 1)?;
+        println!("  {dtype:<5} {rate:>6.0} GFLOP/s  {:.2}x f32  (weight bytes 0.50x)", rate / f32_rate);
     }
     Ok(())
 }

@@ -100,6 +100,12 @@ impl CompiledGraph {
         self.executable.arena_bytes()
     }
 
+    /// Bytes the params occupy on the device (f16/bf16 params packed or widened as the
+    /// backend's width policy decides).
+    pub fn param_bytes(&self) -> usize {
+        self.executable.param_bytes()
+    }
+
     /// f32 values converted to the param's declared dtype.
     pub fn set_param(&mut self, name: &str, values: &[f32]) -> Result<()> {
         let i = self.param_slot(name)?;

@@ -1,10 +1,16 @@
 //! The training loop: the network's gradient graph (`grad_with_loss` with respect to
 //! every param) compiled once for the training batch size, an evaluation graph for the
 //! held-out batch, and an optimizer updating host copies of the params.
+//!
+//! Mixed precision (`CompileOptions::precision` bf16 or f16): the compiled graphs declare
+//! the params in the half format (half the param memory where the width policy packs
+//! them) while the host keeps f32 master weights and the optimizer's state in f32; each
+//! step rounds the masters into the params (to nearest even) and gets f32 gradients back,
+//! since the graph is differentiated before the params are narrowed.
 
 use crate::models::Network;
 use rlx_autodiff::grad_with_loss;
-use rlx_ir::{DType, HostTensor, Result};
+use rlx_ir::{DType, Graph, HostTensor, NodeId, Op, Result};
 use rlx_optim::{Optimizer, Rule, Schedule};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, Session};
 
@@ -36,7 +42,7 @@ impl Trainer {
         let session = Session::new(Device::Cpu)?;
         let names: Vec<&str> = network.params.iter().map(|p| p.name.as_str()).collect();
         let grad = grad_with_loss(&network.graph(batch)?, &names)?;
-        let step = session.compile_with(&grad, options)?;
+        let step = session.compile_with(&params_stored_as(&grad, options)?, options)?;
         let params = network.init(seed);
         let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
         Ok(Trainer {
@@ -59,6 +65,11 @@ impl Trainer {
         Ok(())
     }
 
+    /// Bytes the training step's params occupy on the device.
+    pub fn param_bytes(&self) -> usize {
+        self.step.param_bytes()
+    }
+
     /// One update on a batch; returns the batch loss (before the update).
     pub fn step(&mut self, x: &HostTensor, y: &HostTensor) -> Result<f32> {
         Self::load_params(&mut self.step, &self.network, &self.params)?;
@@ -73,7 +84,8 @@ impl Trainer {
     pub fn evaluate(&mut self, x: &HostTensor, y: &HostTensor) -> Result<(f32, Vec<f32>)> {
         let n = x.dims()[0];
         if self.eval.as_ref().is_none_or(|(b, _)| *b != n) {
-            let c = self.session.compile_with(&self.network.graph(n)?, &self.options)?;
+            let g = params_stored_as(&self.network.graph(n)?, &self.options)?;
+            let c = self.session.compile_with(&g, &self.options)?;
             self.eval = Some((n, c));
         }
         let (_, c) = self.eval.as_mut().expect("compiled above");
@@ -81,4 +93,30 @@ impl Trainer {
         let out = c.run_typed(&[("x", x), ("y", y)])?;
         Ok((out[0].to_f32_vec()[0], out[1].to_f32_vec()))
     }
+}
+
+/// `graph` with its f32 params declared in the policy's half format, each widened back
+/// to f32 by a cast (exact) where it is read; the mixed-precision pass then feeds
+/// half-format consumers the param itself (the cast pair cancels). Unchanged under F32.
+fn params_stored_as(graph: &Graph, options: &CompileOptions) -> Result<Graph> {
+    let Some(half) = options.precision.half() else { return Ok(graph.clone()) };
+    let mut new = Graph::new(graph.name());
+    let mut map = Vec::with_capacity(graph.len());
+    for (_, node) in graph.nodes() {
+        let id = match node.op() {
+            Op::Param { .. } if node.dtype() == DType::F32 => {
+                let p = new.push_leaf(node.op().clone(), half, node.dims())?;
+                new.cast(p, DType::F32)?
+            }
+            op if op.is_leaf() => new.push_leaf(op.clone(), node.dtype(), node.dims())?,
+            op => {
+                let ins: Vec<NodeId> = node.inputs().iter().map(|i| map[i.index()]).collect();
+                new.push(op.clone(), &ins)?
+            }
+        };
+        map.push(id);
+    }
+    let outputs: Vec<NodeId> = graph.outputs().iter().map(|o| map[o.index()]).collect();
+    new.set_outputs(&outputs)?;
+    Ok(new)
 }

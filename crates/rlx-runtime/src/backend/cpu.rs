@@ -42,4 +42,8 @@ impl Executable for CpuProgram {
     fn arena_bytes(&self) -> usize {
         CpuProgram::arena_bytes(self)
     }
+
+    fn param_bytes(&self) -> usize {
+        self.compiled().budget().param_bytes
+    }
 }

@@ -29,4 +29,6 @@ pub trait Executable: Send {
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
     /// Bytes of device memory the compiled graph holds for its tensors.
     fn arena_bytes(&self) -> usize;
+    /// Bytes the params occupy as the width policy stores them.
+    fn param_bytes(&self) -> usize;
 }
