@@ -130,3 +130,26 @@ fn the_f32_boundary_rounds_like_the_cast() {
         }
     }
 }
+
+/// A cast to the value's own dtype is a copy: all 65536 patterns of each half format
+/// come back byte for byte, from a widened input and from a packed param, except that a
+/// signaling NaN comes back quieted (same sign and payload, quiet bit set), as IEEE
+/// conversions do: a widened activation passes through f32.
+#[test]
+fn same_dtype_casts_copy_every_pattern() {
+    for (dtype, _, exp_bits, mant_bits) in FORMATS {
+        let quiet = 1u16 << (mant_bits - 1);
+        let exp_mask = ((1u16 << exp_bits) - 1) << mant_bits;
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        let x = HostTensor::from_bytes(dtype, &[65536], bytes).unwrap();
+        for (path, got) in ["input", "param"].into_iter().zip(cast_both_ways(&x, dtype)) {
+            assert_eq!(got.dtype(), dtype);
+            for (k, c) in got.bytes().chunks_exact(2).enumerate() {
+                let (bits, want) = (u16::from_le_bytes([c[0], c[1]]), k as u16);
+                let signaling = want & exp_mask == exp_mask && want & !exp_mask & 0x7fff != 0 && want & quiet == 0;
+                let ok = bits == want || (signaling && bits == want | quiet);
+                assert!(ok, "{dtype} from {path}: pattern {want:#06x} came back {bits:#06x}");
+            }
+        }
+    }
+}
