@@ -7,7 +7,9 @@
 mod low_precision;
 mod models;
 
-pub use low_precision::{error_depth, low_precision_cases, narrowest_unit_roundoff, retyped, tolerance};
+pub use low_precision::{
+    error_depth, every_value_as_output, low_precision_cases, narrowest_unit_roundoff, retyped, tolerance,
+};
 pub use models::{TransformerConfig, transformer_block, transformer_stack};
 
 use rlx_ir::{

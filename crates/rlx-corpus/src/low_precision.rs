@@ -121,6 +121,16 @@ pub fn tolerance(u: f64, depth: usize, magnitude: f64) -> f64 {
     5.0 * u * (depth as f64).sqrt() * magnitude
 }
 
+/// `g` with every float value it computes as an output (what a tolerance's magnitude
+/// `M` is measured on).
+pub fn every_value_as_output(g: &Graph) -> Result<Graph> {
+    let mut all = g.clone();
+    let values: Vec<_> =
+        g.nodes().filter(|(id, n)| !n.op().is_leaf() && g.dtype(*id).is_float()).map(|(id, _)| id).collect();
+    all.set_outputs(&values)?;
+    Ok(all)
+}
+
 /// The largest unit roundoff among `g`'s float values (bf16 2^-8, f16 2^-11, ...).
 pub fn narrowest_unit_roundoff(g: &Graph) -> f64 {
     g.nodes().map(|(id, _)| g.dtype(id).unit_roundoff()).fold(0.0, f64::max)

@@ -10,7 +10,8 @@
 
 use crate::models::Network;
 use rlx_autodiff::grad_with_loss;
-use rlx_ir::{DType, Graph, HostTensor, NodeId, Op, Result};
+use rlx_compile::passes::params_stored_as;
+use rlx_ir::{DType, Graph, HostTensor, Result};
 use rlx_optim::{Optimizer, Rule, Schedule};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, Session};
 
@@ -42,7 +43,7 @@ impl Trainer {
         let session = Session::new(Device::Cpu)?;
         let names: Vec<&str> = network.params.iter().map(|p| p.name.as_str()).collect();
         let grad = grad_with_loss(&network.graph(batch)?, &names)?;
-        let step = session.compile_with(&params_stored_as(&grad, options)?, options)?;
+        let step = session.compile_with(&with_half_params(&grad, options)?, options)?;
         let params = network.init(seed);
         let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
         Ok(Trainer {
@@ -84,7 +85,7 @@ impl Trainer {
     pub fn evaluate(&mut self, x: &HostTensor, y: &HostTensor) -> Result<(f32, Vec<f32>)> {
         let n = x.dims()[0];
         if self.eval.as_ref().is_none_or(|(b, _)| *b != n) {
-            let g = params_stored_as(&self.network.graph(n)?, &self.options)?;
+            let g = with_half_params(&self.network.graph(n)?, &self.options)?;
             let c = self.session.compile_with(&g, &self.options)?;
             self.eval = Some((n, c));
         }
@@ -95,28 +96,10 @@ impl Trainer {
     }
 }
 
-/// `graph` with its f32 params declared in the policy's half format, each widened back
-/// to f32 by a cast (exact) where it is read; the mixed-precision pass then feeds
-/// half-format consumers the param itself (the cast pair cancels). Unchanged under F32.
-fn params_stored_as(graph: &Graph, options: &CompileOptions) -> Result<Graph> {
-    let Some(half) = options.precision.half() else { return Ok(graph.clone()) };
-    let mut new = Graph::new(graph.name());
-    let mut map = Vec::with_capacity(graph.len());
-    for (_, node) in graph.nodes() {
-        let id = match node.op() {
-            Op::Param { .. } if node.dtype() == DType::F32 => {
-                let p = new.push_leaf(node.op().clone(), half, node.dims())?;
-                new.cast(p, DType::F32)?
-            }
-            op if op.is_leaf() => new.push_leaf(op.clone(), node.dtype(), node.dims())?,
-            op => {
-                let ins: Vec<NodeId> = node.inputs().iter().map(|i| map[i.index()]).collect();
-                new.push(op.clone(), &ins)?
-            }
-        };
-        map.push(id);
+/// Under a mixed policy, `graph` with its params in the policy's half format.
+fn with_half_params(graph: &Graph, options: &CompileOptions) -> Result<Graph> {
+    match options.precision.half() {
+        Some(half) => params_stored_as(graph, half),
+        None => Ok(graph.clone()),
     }
-    let outputs: Vec<NodeId> = graph.outputs().iter().map(|o| map[o.index()]).collect();
-    new.set_outputs(&outputs)?;
-    Ok(new)
 }

@@ -452,17 +452,12 @@ fn resolve(
             let input_dims: Vec<&[usize]> = ins.iter().map(|(_, d)| *d).collect();
             Kernel::Region(region::RegionPlan::new(r, out, &input_dims))
         }
-        StepKernel::MatMulBias { act } => Kernel::MatMulBias {
-            plan: matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads).with_dtype(ins[0].0),
-            act: *act,
-        },
-        StepKernel::SwiGlu => Kernel::SwiGlu,
-        StepKernel::SwiGluMatMul => Kernel::SwiGluMatMul(
-            matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads).with_dtype(ins[0].0),
-        ),
-        StepKernel::MatMulT { ta, tb } => {
-            Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, *ta, *tb, threads).with_dtype(ins[0].0))
+        StepKernel::MatMulBias { act } => {
+            Kernel::MatMulBias { plan: matmul_plan(ins, out, (false, false), threads), act: *act }
         }
+        StepKernel::SwiGlu => Kernel::SwiGlu,
+        StepKernel::SwiGluMatMul => Kernel::SwiGluMatMul(matmul_plan(ins, out, (false, false), threads)),
+        StepKernel::MatMulT { ta, tb } => Kernel::MatMul(matmul_plan(ins, out, (*ta, *tb), threads)),
         StepKernel::AddNorm { rms, eps, gamma, beta, .. } => {
             Kernel::AddNorm { rms: *rms, eps: eps.0, len: last(0), gamma: *gamma, beta: *beta }
         }
@@ -471,6 +466,11 @@ fn resolve(
         }
         StepKernel::L2Norm { eps, rsqrt, .. } => Kernel::L2Norm { eps: eps.0, rsqrt: *rsqrt, len: last(0) },
     })
+}
+
+/// The plan of `ins[0] @ ins[1]` (either stored transposed), for their dtype.
+fn matmul_plan(ins: &[(DType, &[usize])], out: &[usize], (ta, tb): (bool, bool), threads: usize) -> matmul::MatMulPlan {
+    matmul::MatMulPlan::new(ins[0].1, ins[1].1, out, ta, tb, threads).with_dtype(ins[0].0)
 }
 
 /// Resolves one non-leaf node to its kernel and plan. `first_operand` describes operand 0
@@ -493,9 +493,7 @@ fn plan(
         Op::Where => Kernel::Where(Broadcast::new(out, &all_dims())),
         Op::Unary(u) => Kernel::Unary(*u),
         Op::Cast { to } => Kernel::Cast { from: ins[0].0, to: *to },
-        Op::MatMul => {
-            Kernel::MatMul(matmul::MatMulPlan::new(dims(0), dims(1), out, false, false, threads).with_dtype(ins[0].0))
-        }
+        Op::MatMul => Kernel::MatMul(matmul_plan(ins, out, (false, false), threads)),
         Op::Reduce { op, axes, .. } => Kernel::Reduce(reduce::ReducePlan::new(*op, dims(0), axes)),
         Op::ArgMax { axis, .. } => Kernel::ArgMax(AxisSplit::new(dims(0), *axis)),
         Op::Softmax { axis } => Kernel::Softmax { split: AxisSplit::new(dims(0), *axis), log: false },

@@ -12,6 +12,20 @@ struct Match {
     step: Step,
 }
 
+impl Match {
+    /// The fused step replacing the steps of `window` (covering their graph nodes).
+    fn new(
+        s: &Schedule,
+        window: Vec<usize>,
+        kernel: Kernel,
+        inputs: Vec<ValueId>,
+        outputs: Vec<ValueId>,
+        temps: Vec<ValueId>,
+    ) -> Match {
+        Match { step: Step { kernel, inputs, outputs, temps, nodes: nodes(s, &window) }, window }
+    }
+}
+
 /// Applies matches whose windows do not overlap an earlier match's.
 fn apply(s: &mut Schedule, matches: Vec<Match>) {
     let n = s.steps.len();
@@ -82,16 +96,14 @@ pub fn matmul_bias_act(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>
         let mm_inputs = &s.steps[mm_step].inputs;
         log.push(format!("{anchor}: fused matmul+bias{}", act.map_or(String::new(), |u| format!("+{}", u.name()))));
         window.sort_unstable();
-        matches.push(Match {
-            step: Step {
-                kernel: Kernel::MatMulBias { act },
-                inputs: vec![mm_inputs[0], mm_inputs[1], bias],
-                outputs: vec![result],
-                temps: Vec::new(),
-                nodes: nodes(s, &window),
-            },
+        matches.push(Match::new(
+            s,
             window,
-        });
+            Kernel::MatMulBias { act },
+            vec![mm_inputs[0], mm_inputs[1], bias],
+            vec![result],
+            Vec::new(),
+        ));
     }
     apply(s, matches);
     Ok(())
@@ -135,16 +147,14 @@ pub fn transpose_matmul(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String
         }
         log.push(format!("{anchor}: fused transpose into matmul (a^T {}, b^T {})", flags[0], flags[1]));
         window.sort_unstable();
-        matches.push(Match {
-            step: Step {
-                kernel: Kernel::MatMulT { ta: flags[0], tb: flags[1] },
-                inputs,
-                outputs: step.outputs.clone(),
-                temps: Vec::new(),
-                nodes: nodes(s, &window),
-            },
+        matches.push(Match::new(
+            s,
             window,
-        });
+            Kernel::MatMulT { ta: flags[0], tb: flags[1] },
+            inputs,
+            step.outputs.clone(),
+            Vec::new(),
+        ));
     }
     apply(s, matches);
     Ok(())
@@ -259,16 +269,14 @@ pub fn add_norm(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>) -> Re
         } else {
             temps.push(x);
         }
-        matches.push(Match {
-            step: Step {
-                kernel: Kernel::AddNorm { rms, eps, gamma, beta, emit_sum },
-                inputs,
-                outputs,
-                temps,
-                nodes: nodes(s, &window),
-            },
+        matches.push(Match::new(
+            s,
             window,
-        });
+            Kernel::AddNorm { rms, eps, gamma, beta, emit_sum },
+            inputs,
+            outputs,
+            temps,
+        ));
     }
     apply(s, matches);
     Ok(())
@@ -311,16 +319,14 @@ pub fn rms_norm_mul_silu(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<Strin
         if emit_silu {
             outputs.push(silu);
         }
-        matches.push(Match {
-            step: Step {
-                kernel: Kernel::RmsNormMulSilu { eps, gamma, emit_silu },
-                inputs,
-                outputs,
-                temps: Vec::new(),
-                nodes: nodes(s, &window),
-            },
+        matches.push(Match::new(
+            s,
             window,
-        });
+            Kernel::RmsNormMulSilu { eps, gamma, emit_silu },
+            inputs,
+            outputs,
+            Vec::new(),
+        ));
     }
     apply(s, matches);
     Ok(())
@@ -390,16 +396,14 @@ pub fn l2_norm(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>) -> Res
         if emit_denom {
             outputs.push(d);
         }
-        matches.push(Match {
-            step: Step {
-                kernel: Kernel::L2Norm { eps: F32Attr(eps), rsqrt, emit_denom },
-                inputs: vec![x],
-                outputs,
-                temps: Vec::new(),
-                nodes: nodes(s, &window),
-            },
+        matches.push(Match::new(
+            s,
             window,
-        });
+            Kernel::L2Norm { eps: F32Attr(eps), rsqrt, emit_denom },
+            vec![x],
+            outputs,
+            Vec::new(),
+        ));
     }
     apply(s, matches);
     Ok(())
@@ -421,16 +425,14 @@ pub fn norm_reshape(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>) -
             continue;
         }
         log.push(format!("{anchor}: folded the reshape into the {}", op.name()));
-        matches.push(Match {
-            step: Step {
-                kernel: Kernel::Op(op.clone()),
-                inputs: s.steps[ns].inputs.clone(),
-                outputs: step.outputs.clone(),
-                temps: Vec::new(),
-                nodes: nodes(s, &window),
-            },
+        matches.push(Match::new(
+            s,
             window,
-        });
+            Kernel::Op(op.clone()),
+            s.steps[ns].inputs.clone(),
+            step.outputs.clone(),
+            Vec::new(),
+        ));
     }
     apply(s, matches);
     Ok(())

@@ -9,5 +9,5 @@ mod simplify;
 pub use const_fold::ConstFold;
 pub use cse::Cse;
 pub use dce::Dce;
-pub use precision::MixedPrecision;
+pub use precision::{MixedPrecision, params_stored_as};
 pub use simplify::Simplify;

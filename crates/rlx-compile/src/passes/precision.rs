@@ -20,7 +20,7 @@
 //! [`PassLog::inserted_casts`] counts those of non-constant values (casts of constants
 //! fold away).
 
-use crate::pass::{Pass, PassLog};
+use crate::pass::{Pass, PassLog, copy, rebuild};
 use rlx_ir::{BinaryOp, DType, Graph, NodeId, Op, Result, Unary};
 use std::collections::HashMap;
 
@@ -91,13 +91,10 @@ impl Pass for MixedPrecision {
     }
 
     fn run(&self, graph: &Graph, log: &mut PassLog) -> Result<Graph> {
-        let mut new = Graph::new(graph.name());
-        let mut map: Vec<NodeId> = Vec::with_capacity(graph.len());
         let mut casts = Casts::default();
-        for (_, node) in graph.nodes() {
+        let mut new = rebuild(graph, |new, map, _, node| {
             if node.op().is_leaf() {
-                map.push(new.push_leaf(node.op().clone(), node.dtype(), node.dims())?);
-                continue;
+                return copy(new, map, node);
             }
             let declared: Vec<DType> = node.inputs().iter().map(|&i| graph.dtype(i)).collect();
             let ins: Vec<NodeId> = node.inputs().iter().map(|i| map[i.index()]).collect();
@@ -109,35 +106,50 @@ impl Pass for MixedPrecision {
                 Class::Follow if !(0..ins.len()).any(movable) => Class::Keep,
                 c => c,
             };
-            let want = |k: usize, new: &Graph| -> DType {
+            // Follow: the moved operands' common format, f32 when they disagree.
+            let formats: Vec<DType> = (0..ins.len()).filter(|&j| movable(j)).map(|j| new.dtype(ins[j])).collect();
+            let common = if formats.iter().all(|&d| d == formats[0]) { formats.first().copied() } else { None };
+            let want = |k: usize| -> DType {
                 match class {
                     Class::Half if movable(k) => self.half,
                     Class::F32 if movable(k) => DType::F32,
-                    Class::Follow if movable(k) => {
-                        let formats: Vec<DType> =
-                            (0..ins.len()).filter(|&j| movable(j)).map(|j| new.dtype(ins[j])).collect();
-                        if formats.iter().all(|&d| d == formats[0]) { formats[0] } else { DType::F32 }
-                    }
+                    Class::Follow if movable(k) => common.unwrap_or(DType::F32),
                     // A user's cast takes its operand in any format.
                     _ if matches!(node.op(), Op::Cast { .. }) => new.dtype(ins[k]),
                     _ => declared[k],
                 }
             };
-            let wants: Vec<DType> = (0..ins.len()).map(|k| want(k, &new)).collect();
-            let operands =
-                ins.iter().zip(&wants).map(|(&x, &d)| casts.get(&mut new, x, d)).collect::<Result<Vec<_>>>()?;
-            map.push(new.push(node.op().clone(), &operands)?);
-        }
+            let wants: Vec<DType> = (0..ins.len()).map(want).collect();
+            let operands = ins.iter().zip(wants).map(|(&x, d)| casts.get(new, x, d)).collect::<Result<Vec<_>>>()?;
+            new.push(node.op().clone(), &operands)
+        })?;
+        // Outputs back to their declared dtypes.
         let outputs = graph
             .outputs()
             .iter()
-            .map(|&o| casts.get(&mut new, map[o.index()], graph.dtype(o)))
+            .zip(new.outputs().to_vec())
+            .map(|(&o, x)| casts.get(&mut new, x, graph.dtype(o)))
             .collect::<Result<Vec<_>>>()?;
         new.set_outputs(&outputs)?;
         log.inserted_casts += casts.inserted;
         log.notes.push(format!("mixed precision ({}): {} casts inserted", self.half, casts.inserted));
         Ok(new)
     }
+}
+
+/// `graph` with its f32 params declared in `half`, each widened back to f32 by a cast
+/// (exact) where it is read: the params take half the bytes while the graph's values are
+/// unchanged, and under a mixed policy the half-format consumers get the param itself
+/// (`simplify` cancels the cast pair). A trainer compiles a gradient graph this way to
+/// keep its weights in bf16 and its gradients in f32. Changes the params' declared dtype.
+pub fn params_stored_as(graph: &Graph, half: DType) -> Result<Graph> {
+    rebuild(graph, |new, map, _, node| match node.op() {
+        Op::Param { .. } if node.dtype() == DType::F32 => {
+            let p = new.push_leaf(node.op().clone(), half, node.dims())?;
+            new.cast(p, DType::F32)
+        }
+        _ => copy(new, map, node),
+    })
 }
 
 /// The shared casts: one node per (value, dtype).

@@ -17,10 +17,7 @@ fn check_close(case: &str, what: &str, got: &[Vec<f64>], want: &[Vec<f64>], tol:
 
 /// The largest finite magnitude among every float value `g` computes under f32.
 fn magnitude(g: &Graph, feed: &[(String, HostTensor)]) -> f64 {
-    let mut all = g.clone();
-    let values: Vec<NodeId> =
-        g.nodes().filter(|(id, n)| !n.op().is_leaf() && g.dtype(*id).is_float()).map(|(id, _)| id).collect();
-    all.set_outputs(&values).unwrap();
+    let all = rlx_corpus::every_value_as_output(g).unwrap();
     run(&all, PrecisionPolicy::F32, feed).iter().flatten().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs()))
 }
 

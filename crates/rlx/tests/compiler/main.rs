@@ -184,10 +184,7 @@ fn low_precision_family_tracks_its_f64_twin() {
                 .collect()
         };
         let twin = rlx_corpus::retyped(&case.graph, DType::F64).unwrap();
-        let mut everything = twin.clone();
-        let values: Vec<NodeId> =
-            twin.nodes().filter(|(id, n)| !n.op().is_leaf() && twin.dtype(*id).is_float()).map(|(id, _)| id).collect();
-        everything.set_outputs(&values).unwrap();
+        let everything = rlx_corpus::every_value_as_output(&twin).unwrap();
         let reference = Case { graph: twin, inputs: widen(&case.inputs), params: widen(&case.params), ..case.clone() };
         let want = run(&reference, &CompileOptions::default());
         let magnitude = run(&Case { graph: everything, ..reference.clone() }, &CompileOptions::default())

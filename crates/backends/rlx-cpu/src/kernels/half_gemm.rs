@@ -21,6 +21,7 @@
 
 use super::matmul::Gemm;
 use crate::features::features;
+use crate::threads::with_scratch;
 use half::{bf16, f16};
 use rayon::prelude::*;
 use rlx_ir::DType;
@@ -68,6 +69,16 @@ impl<'a> Operand<'a> {
     }
 }
 
+/// `a [m, k] @ b [k, n]`, each operand read with (row, column) element strides.
+#[derive(Clone, Copy, Debug)]
+pub struct Product<'a> {
+    pub dims: (usize, usize, usize),
+    pub a: Operand<'a>,
+    pub sa: (usize, usize),
+    pub b: Operand<'a>,
+    pub sb: (usize, usize),
+}
+
 /// Rows below which AMX's 16-row tiles waste more than they win (a decode GEMV reads its
 /// weight once either way; the convert arm streams it through the f32 kernel).
 const AMX_MIN_ROWS: usize = 16;
@@ -77,24 +88,13 @@ pub fn arm_for(dtype: DType, m: usize) -> &'static str {
     if dtype == DType::BF16 && m >= AMX_MIN_ROWS && features().amx_bf16 { "amx" } else { "convert" }
 }
 
-/// `c = a b` for `a [m, k]`, `b [k, n]` of `dtype` (f16 or bf16) read with (row, column)
-/// element strides `sa` / `sb`, into `c [m, n]` with rows `c_row` apart, f32 sums.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm(
-    dtype: DType,
-    (m, k, n): (usize, usize, usize),
-    a: Operand,
-    sa: (usize, usize),
-    b: Operand,
-    sb: (usize, usize),
-    c: &mut [f32],
-    c_row: usize,
-    threads: usize,
-) {
-    if arm_for(dtype, m) == "amx" && amx::gemm((m, k, n), a, sa, b, sb, c, c_row, threads) {
+/// `c = a b` for operands of `dtype` (f16 or bf16) into `c [m, n]` with rows `c_row`
+/// apart, f32 sums.
+pub fn gemm(dtype: DType, p: Product, c: &mut [f32], c_row: usize, threads: usize) {
+    if arm_for(dtype, p.dims.0) == "amx" && amx::gemm(p, c, c_row, threads) {
         return;
     }
-    convert_gemm((m, k, n), a, sa, b, sb, c, c_row, threads)
+    convert_gemm(p, c, c_row, threads)
 }
 
 /// Rows of k per widened panel. The f32 GEMM blocks k itself; each extra panel is one
@@ -102,75 +102,46 @@ pub fn gemm(
 const KC: usize = 1024;
 
 /// The convert arm (also the reference the AMX arm is tested against).
-#[allow(clippy::too_many_arguments)]
-pub fn convert_gemm(
-    (m, k, n): (usize, usize, usize),
-    a: Operand,
-    sa: (usize, usize),
-    b: Operand,
-    sb: (usize, usize),
-    c: &mut [f32],
-    c_row: usize,
-    threads: usize,
-) {
+pub fn convert_gemm(p: Product, c: &mut [f32], c_row: usize, threads: usize) {
+    let Product { dims: (m, k, n), a, sa, b, sb } = p;
     if let (Operand::Wide(a), Operand::Wide(b)) = (a, b) {
         return f32::gemm(m, k, n, a, sa, b, sb, c, c_row, threads);
     }
-    // Reused across calls: fresh 4 MiB panels cost their page faults on every call.
-    thread_local! {
-        static PANELS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-    }
-    PANELS.with_borrow_mut(|(pa, pb)| convert_gemm_panels((m, k, n), a, sa, b, sb, c, c_row, threads, pa, pb));
-}
-
-#[allow(clippy::too_many_arguments)]
-fn convert_gemm_panels(
-    (m, k, n): (usize, usize, usize),
-    a: Operand,
-    sa: (usize, usize),
-    b: Operand,
-    sb: (usize, usize),
-    c: &mut [f32],
-    c_row: usize,
-    threads: usize,
-    pa: &mut Vec<f32>,
-    pb: &mut Vec<f32>,
-) {
-    let mut p0 = 0;
-    loop {
-        let kc = KC.min(k - p0);
-        let (a_panel, a_strides) = match a {
-            Operand::Wide(x) => (&x[(p0 * sa.1).min(x.len())..], sa),
-            packed => {
-                widen_panel(packed, (m, kc), sa, (0, p0), pa);
-                (&pa[..], (kc, 1))
+    let kc_max = KC.min(k);
+    // Per-worker scratch, reused across calls (fresh 4 MiB panels cost their page faults
+    // on every call).
+    with_scratch::<f32, _>((m + n) * kc_max, |scratch| {
+        let (pa, pb) = scratch.split_at_mut(m * kc_max);
+        let mut p0 = 0;
+        loop {
+            let kc = KC.min(k - p0);
+            let (a_panel, a_strides) = match a {
+                Operand::Wide(x) => (&x[(p0 * sa.1).min(x.len())..], sa),
+                packed => (widen_panel(packed, (m, kc), sa, (0, p0), pa), (kc, 1)),
+            };
+            let (b_panel, b_strides) = match b {
+                Operand::Wide(x) => (&x[(p0 * sb.0).min(x.len())..], sb),
+                packed => (widen_panel(packed, (kc, n), sb, (p0, 0), pb), (n, 1)),
+            };
+            f32::gemm_acc(m, kc, n, a_panel, a_strides, b_panel, b_strides, c, c_row, threads, p0 > 0);
+            p0 += kc;
+            if p0 >= k {
+                break;
             }
-        };
-        let (b_panel, b_strides) = match b {
-            Operand::Wide(x) => (&x[(p0 * sb.0).min(x.len())..], sb),
-            packed => {
-                widen_panel(packed, (kc, n), sb, (p0, 0), pb);
-                (&pb[..], (n, 1))
-            }
-        };
-        f32::gemm_acc(m, kc, n, a_panel, a_strides, b_panel, b_strides, c, c_row, threads, p0 > 0);
-        p0 += kc;
-        if p0 >= k {
-            break;
         }
-    }
+    })
 }
 
-/// The `rows x cols` block at `(r0, c0)` of a strided operand, widened into `dst`
-/// (row-major).
-fn widen_panel(
+/// The `rows x cols` block at `(r0, c0)` of a strided operand, widened into the front of
+/// `dst` (row-major), which it returns.
+fn widen_panel<'d>(
     x: Operand,
     (rows, cols): (usize, usize),
     (rs, cs): (usize, usize),
     (r0, c0): (usize, usize),
-    dst: &mut Vec<f32>,
-) {
-    dst.resize(rows * cols, 0.0);
+    dst: &'d mut [f32],
+) -> &'d [f32] {
+    let dst = &mut dst[..rows * cols];
     for (i, row) in dst.chunks_exact_mut(cols.max(1)).take(rows).enumerate() {
         let start = (r0 + i) * rs + c0 * cs;
         match x {
@@ -179,6 +150,7 @@ fn widen_panel(
             _ => row.iter_mut().enumerate().for_each(|(j, o)| *o = x.get(start + j * cs)),
         }
     }
+    dst
 }
 
 /// bf16 -> f32 is a 16-bit shift (the compiler vectorizes it for any baseline).
@@ -260,7 +232,7 @@ mod amx {
         k: usize,
         (rs, cs): (usize, usize),
         kp: usize,
-        dst: &mut [u16],
+        dst: &mut [bf16],
     ) -> bool {
         let mut flag = 0u16;
         let first = rows.start;
@@ -271,8 +243,9 @@ mod amx {
                 for (ks, chunk) in src.chunks(TK).enumerate() {
                     let d = &mut dst[at(i, ks * TK)..][..chunk.len()];
                     for (d, &x) in d.iter_mut().zip(chunk) {
-                        *d = x.bits();
-                        flag |= subnormal(*d);
+                        let bits = x.bits();
+                        flag |= subnormal(bits);
+                        *d = bf16::from_bits(bits);
                     }
                 }
             }
@@ -282,7 +255,7 @@ mod amx {
                 for i in rows.clone() {
                     let bits = a[i * rs + p * cs].bits();
                     flag |= subnormal(bits);
-                    dst[at(i, p)] = bits;
+                    dst[at(i, p)] = bf16::from_bits(bits);
                 }
             }
         }
@@ -298,7 +271,7 @@ mod amx {
         k: usize,
         (rs, cs): (usize, usize),
         kp: usize,
-        dst: &mut [u16],
+        dst: &mut [bf16],
     ) -> bool {
         let mut flag = 0u16;
         let first = cols.start;
@@ -309,7 +282,7 @@ mod amx {
                 for (p, &x) in b[j * cs..j * cs + k].iter().enumerate() {
                     let bits = x.bits();
                     flag |= subnormal(bits);
-                    dst[at(p, j)] = bits;
+                    dst[at(p, j)] = bf16::from_bits(bits);
                 }
             }
         } else if cs == 1 {
@@ -320,16 +293,16 @@ mod amx {
             for (pair, d) in dst.chunks_exact_mut(2 * TR).take(k.div_ceil(2)).enumerate() {
                 let r0 = &b[2 * pair * rs + first..][..width];
                 for (t, &x) in r0.iter().enumerate() {
-                    d[2 * t] = x.bits();
+                    d[2 * t] = bf16::from_bits(x.bits());
                 }
                 if 2 * pair + 1 < k {
                     let r1 = &b[(2 * pair + 1) * rs + first..][..width];
                     for (t, &x) in r1.iter().enumerate() {
-                        d[2 * t + 1] = x.bits();
+                        d[2 * t + 1] = bf16::from_bits(x.bits());
                     }
                 }
-                for &bits in &d[..2 * width] {
-                    flag |= subnormal(bits);
+                for h in &d[..2 * width] {
+                    flag |= subnormal(h.to_bits());
                 }
             }
         } else {
@@ -338,7 +311,7 @@ mod amx {
                 for j in cols.clone() {
                     let bits = row[j * cs].bits();
                     flag |= subnormal(bits);
-                    dst[at(p, j)] = bits;
+                    dst[at(p, j)] = bf16::from_bits(bits);
                 }
             }
         }
@@ -346,18 +319,17 @@ mod amx {
     }
 
     /// Packs both operands (in parallel blocks when `threads > 1`); false on a subnormal.
-    #[allow(clippy::too_many_arguments)]
     fn pack<A: Bf16Source, B: Bf16Source>(
         (m, k, n): (usize, usize, usize),
-        a: &[A],
-        sa: (usize, usize),
-        b: &[B],
-        sb: (usize, usize),
-        (kp, ap, bp): (usize, &mut [u16], &mut [u16]),
+        (a, sa): (&[A], (usize, usize)),
+        (b, sb): (&[B], (usize, usize)),
+        (kp, ap, bp): (usize, &mut [bf16], &mut [bf16]),
         threads: usize,
     ) -> bool {
-        let a_block = |(blk, dst): (usize, &mut [u16])| pack_a_rows(a, blk * TR..m.min((blk + 1) * TR), k, sa, kp, dst);
-        let b_block = |(blk, dst): (usize, &mut [u16])| pack_b_cols(b, blk * TR..n.min((blk + 1) * TR), k, sb, kp, dst);
+        let a_block =
+            |(blk, dst): (usize, &mut [bf16])| pack_a_rows(a, blk * TR..m.min((blk + 1) * TR), k, sa, kp, dst);
+        let b_block =
+            |(blk, dst): (usize, &mut [bf16])| pack_b_cols(b, blk * TR..n.min((blk + 1) * TR), k, sb, kp, dst);
         let block = TR * kp;
         let (a_blocks, b_blocks) = (m.div_ceil(TR), n.div_ceil(TR));
         let subnormal = if threads > 1 {
@@ -372,61 +344,54 @@ mod amx {
 
     /// False (nothing written) when an operand holds a subnormal, or is f16: the caller
     /// takes the convert arm.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm(
-        (m, k, n): (usize, usize, usize),
-        a: Operand,
-        sa: (usize, usize),
-        b: Operand,
-        sb: (usize, usize),
-        c: &mut [f32],
-        c_row: usize,
-        threads: usize,
-    ) -> bool {
+    pub fn gemm(p: Product, c: &mut [f32], c_row: usize, threads: usize) -> bool {
+        let Product { dims: (m, k, n), a, sa, b, sb } = p;
         if m == 0 || n == 0 {
             return true;
         }
         let c = &mut c[..(m - 1) * c_row + n];
         let (mp, kp, np) = (m.next_multiple_of(BLOCK), k.next_multiple_of(TK).max(TK), n.next_multiple_of(BLOCK));
-        let mut ap = vec![0u16; mp * kp];
-        let mut bp = vec![0u16; kp * np];
-        let dims = (m, k, n);
-        let bufs = (kp, &mut ap[..], &mut bp[..]);
-        let packed = match (a, b) {
-            (Operand::Wide(a), Operand::Wide(b)) => pack(dims, a, sa, b, sb, bufs, threads),
-            (Operand::Wide(a), Operand::BF16(b)) => pack(dims, a, sa, b, sb, bufs, threads),
-            (Operand::BF16(a), Operand::Wide(b)) => pack(dims, a, sa, b, sb, bufs, threads),
-            (Operand::BF16(a), Operand::BF16(b)) => pack(dims, a, sa, b, sb, bufs, threads),
-            _ => false,
-        };
-        if !packed {
-            return false;
-        }
-        let (ap, bp) = (&ap[..], &bp[..]);
-        let row_block = |rb: usize, rows: &mut [f32]| {
-            let mut tile = [0f32; BLOCK * BLOCK];
-            configure_amx();
-            for cb in 0..np / BLOCK {
-                let a0 = &ap[rb * 2 * TR * kp..];
-                let b0 = &bp[cb * 2 * TR * kp..];
-                // SAFETY: tiles configured above; a0 holds two 16-row tile columns of kp
-                // and b0 two 16-column blocks of kp rows (the packed layouts above).
-                unsafe { block_amx(a0.as_ptr(), b0.as_ptr(), kp, tile.as_mut_ptr()) };
-                let valid_rows = BLOCK.min(m - rb * BLOCK);
-                let (j0, cols) = (cb * BLOCK, BLOCK.min(n - cb * BLOCK));
-                for (r, t) in tile.chunks_exact(BLOCK).take(valid_rows).enumerate() {
-                    rows[r * c_row + j0..r * c_row + j0 + cols].copy_from_slice(&t[..cols]);
-                }
+        // Per-worker scratch, reused across calls; the tiles' padding must read as zero.
+        with_scratch::<bf16, _>((mp + np) * kp, |scratch| {
+            scratch.fill(bf16::ZERO);
+            let (ap, bp) = scratch.split_at_mut(mp * kp);
+            let bufs = (kp, &mut *ap, &mut *bp);
+            let packed = match (a, b) {
+                (Operand::Wide(a), Operand::Wide(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
+                (Operand::Wide(a), Operand::BF16(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
+                (Operand::BF16(a), Operand::Wide(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
+                (Operand::BF16(a), Operand::BF16(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
+                _ => false,
+            };
+            if !packed {
+                return false;
             }
-            release_amx();
-        };
-        let chunk = BLOCK * c_row;
-        if threads > 1 && mp / BLOCK > 1 {
-            c.par_chunks_mut(chunk).enumerate().for_each(|(rb, rows)| row_block(rb, rows));
-        } else {
-            c.chunks_mut(chunk).enumerate().for_each(|(rb, rows)| row_block(rb, rows));
-        }
-        true
+            let (ap, bp) = (&*ap, &*bp);
+            let row_block = |rb: usize, rows: &mut [f32]| {
+                let mut tile = [0f32; BLOCK * BLOCK];
+                configure_amx();
+                for cb in 0..np / BLOCK {
+                    let a0 = &ap[rb * 2 * TR * kp..];
+                    let b0 = &bp[cb * 2 * TR * kp..];
+                    // SAFETY: tiles configured above; a0 holds two 16-row tile columns of
+                    // kp and b0 two 16-column blocks of kp rows (the packed layouts above).
+                    unsafe { block_amx(a0.as_ptr(), b0.as_ptr(), kp, tile.as_mut_ptr()) };
+                    let valid_rows = BLOCK.min(m - rb * BLOCK);
+                    let (j0, cols) = (cb * BLOCK, BLOCK.min(n - cb * BLOCK));
+                    for (r, t) in tile.chunks_exact(BLOCK).take(valid_rows).enumerate() {
+                        rows[r * c_row + j0..r * c_row + j0 + cols].copy_from_slice(&t[..cols]);
+                    }
+                }
+                release_amx();
+            };
+            let chunk = BLOCK * c_row;
+            if threads > 1 && mp / BLOCK > 1 {
+                c.par_chunks_mut(chunk).enumerate().for_each(|(rb, rows)| row_block(rb, rows));
+            } else {
+                c.chunks_mut(chunk).enumerate().for_each(|(rb, rows)| row_block(rb, rows));
+            }
+            true
+        })
     }
 
     /// Tile palette 1: tmm0-3 the 2 x 2 accumulator tiles (16 x 16 f32), tmm4-5 the A
@@ -462,7 +427,7 @@ mod amx {
     /// (`2 * 16 * kp` bf16), `out` at 32 x 32 f32.
     // Out of line: the ISA gate admits AMX only inside `*_amx` symbols.
     #[inline(never)]
-    unsafe fn block_amx(a: *const u16, b: *const u16, kp: usize, out: *mut f32) {
+    unsafe fn block_amx(a: *const bf16, b: *const bf16, kp: usize, out: *mut f32) {
         let (tile_bytes, row) = (TR * TK * 2, 64usize);
         let steps = kp / TK;
         // The second row-tile column and column block start 16 * kp bf16 further on.

@@ -13,7 +13,7 @@
 //! product by output tiles; neither changes any element's accumulation order, so the
 //! result is bit-identical for every thread count.
 
-use super::half_gemm::{self, Operand};
+use super::half_gemm::{self, Operand, Product};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Num};
 use crate::threads::MIN_PARALLEL_ELEMS;
@@ -117,7 +117,7 @@ pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: 
         Some(dtype) => {
             let (a, b) = (operand(ins, a)?, operand(ins, b)?);
             for_each_product(plan, (a.len(), b.len()), out, |oa, ob, c, threads| {
-                half_gemm::gemm(dtype, (m, k, n), a.from(oa), sa, b.from(ob), sb, c, n, threads)
+                half_gemm::gemm(dtype, Product { dims: (m, k, n), a: a.from(oa), sa, b: b.from(ob), sb }, c, n, threads)
             })
         }
         None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),
