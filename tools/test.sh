@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, every crate's tests and doc tests (the LLM
 # tests on the real SmolLM2 GGUF, fetched once into ~/.cache/rlx), the ISA portability
-# gate and the CPU suite on an emulated pre-AVX Atom.
+# gate, the CPU suite on an emulated pre-AVX Atom, and the GPU backend on Mesa's software
+# Vulkan driver (the op tests' oracles and the corpus parity).
 # README.md's test command and CI (.ci/run) both run exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +10,11 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }
 
 # System tools the suite uses: objdump (ISA gate), qemu-user (pre-AVX run), OpenBLAS
-# (an outside GEMM oracle; optional to build, installed here so its tests run).
+# (an outside GEMM oracle; optional to build, installed here so its tests run), the
+# Vulkan loader and Mesa's software Vulkan driver (lavapipe: the GPU backend's tests).
 need=()
+ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need+=(libvulkan1)
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 command -v objdump >/dev/null || need+=(binutils)
 command -v qemu-x86_64 >/dev/null || need+=(qemu-user)
 ldconfig -p 2>/dev/null | grep -q libopenblas || need+=(libopenblas-dev)
@@ -28,11 +32,15 @@ fi
 # RLX_REQUIRE_MODEL=1 a missing model fails those tests instead of skipping them.
 ./tools/fetch_model.sh >/dev/null
 export RLX_REQUIRE_MODEL=1
+# The GPU tests fail instead of skipping when no Vulkan device works.
+export RLX_REQUIRE_DEVICE=1
 
 start=$(date +%s)
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# Every op test's oracle again, on the GPU backend (lavapipe here).
+RLX_TEST_DEVICE=gpu cargo test -p rlx --test ops --locked
 cargo xtask check-isa
 cargo xtask qemu-test
 echo "tools/test.sh: all green in $(( $(date +%s) - start )) s"

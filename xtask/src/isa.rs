@@ -108,6 +108,12 @@ pub const GATED_ARMS: &[GatedRule] = &[
     ("half's F16C conversions, dispatched by is_x86_feature_detected", |s| {
         s.starts_with("half::") && s.ends_with("_f16c")
     }),
+    // Reached through `f32::mul_add` in naga (wgpu's shader compiler); libm picks the arm
+    // once from CPUID (`select_once!` in libm's arch/x86/fma.rs).
+    ("compiler_builtins' libm fma / fmaf FMA and FMA4 arms, dispatched by CPUID", |s| {
+        s.starts_with("compiler_builtins::math::libm_math::arch::x86::fma::")
+            && (s.ends_with("_with_fma") || s.ends_with("_with_fma4"))
+    }),
 ];
 
 /// Path segments of a demangled symbol, generic arguments and closures aside.

@@ -17,6 +17,59 @@ pub fn bench(what: &str) -> Result<()> {
     }
 }
 
+/// `rlx bench --device gpu`: GEMM GFLOP/s on the GPU against the CPU in the same run.
+pub fn bench_gpu(what: &str) -> Result<()> {
+    if what != "kernels" {
+        return Err(Error::input(format!("--device gpu benchmarks `kernels` and `llm`, not '{what}'")));
+    }
+    let adapter = rlx::runtime::gpu::describe().map_err(Error::unsupported)?;
+    println!("rlx bench kernels --device gpu: {adapter}");
+    println!("f32 GEMM, n x n x n, {CHAIN} chained products per run (A, B resident; one row-sum read back)");
+    println!();
+    println!("{:>6} {:>14} {:>14} {:>10}", "n", "gpu GFLOP/s", "cpu GFLOP/s", "gpu / cpu");
+    for n in [128, 256, 512, 1024, 2048] {
+        let g = gemm_chain(n)?;
+        let mut rates = Vec::new();
+        for device in [Device::Gpu, Device::Cpu] {
+            let mut c = Session::new(device)?.compile(&g)?;
+            // Values in [-1/n, 1/n): the chained products stay bounded.
+            let values: Vec<f32> = (0..n * n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let values: Vec<f32> = values.iter().map(|v| v / n as f32).collect();
+            c.set_param("a", &values)?;
+            c.set_param("b", &values)?;
+            let mut failed = None;
+            let secs = bench::seconds_per_call(|| {
+                if let Err(e) = c.run(&[]) {
+                    failed = Some(e);
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            rates.push(CHAIN as f64 * 2.0 * (n as f64).powi(3) / secs / 1e9);
+        }
+        println!("{n:>6} {:>14.1} {:>14.1} {:>9.2}x", rates[0], rates[1], rates[0] / rates[1]);
+    }
+    Ok(())
+}
+
+/// Products per `gemm_chain` run: enough to hide a submission and a readback.
+const CHAIN: usize = 4;
+
+/// `sum(a b b b ..., axis 1)`: `CHAIN` GEMMs, a small result.
+fn gemm_chain(n: usize) -> Result<Graph> {
+    let mut g = Graph::new(&format!("gemm_{n}"));
+    let a = g.param("a", DType::F32, &[n, n])?;
+    let b = g.param("b", DType::F32, &[n, n])?;
+    let mut x = g.matmul(a, b)?;
+    for _ in 1..CHAIN {
+        x = g.matmul(x, b)?;
+    }
+    let rows = g.reduce(ReduceOp::Sum, x, &[1], false)?;
+    g.set_outputs(&[rows])?;
+    Ok(g)
+}
+
 /// A SmolLM2-shaped block: fused vs unfused latency, arena with and without reuse, and
 /// the compile time of a 24-layer stack.
 fn transformer() -> Result<()> {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
     let target = Target::by_name(backend)
-        .ok_or_else(|| Error::input(format!("unknown backend '{backend}' (available: cpu)")))?;
+        .ok_or_else(|| Error::input(format!("unknown backend '{backend}' (available: cpu, gpu)")))?;
     // Errors (shape, dtype, structure, plan safety) end the command with a non-zero code;
     // with --json they are also reported in the document.
     let options = CompileOptions::from_env()?;
@@ -28,6 +28,11 @@ pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
         }
     };
     let b = compiled.budget();
+    // Which steps run on the host is the device's answer (its kernels and features).
+    let fallbacks = match target.name {
+        "gpu" => Some(rlx::runtime::gpu::host_fallbacks(&g, &options).map_err(|e| e.to_string())),
+        _ => None,
+    };
     let missed: Vec<&String> =
         compiled.log.notes.iter().filter(|l| l.contains("declined") || l.contains("stopped at")).collect();
     let fused: Vec<&String> =
@@ -63,6 +68,11 @@ pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
                 "param_bytes": b.param_bytes,
                 "dispatches": b.dispatches,
                 "bytes_moved": b.bytes_moved,
+            },
+            "host_fallbacks": match &fallbacks {
+                Some(Ok(list)) => json!(list),
+                Some(Err(why)) => json!({"unknown": why}),
+                None => json!([]),
             },
         });
         println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| Error::internal(e.to_string()))?);
@@ -102,5 +112,15 @@ pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
     println!("  params resident       {}", kib(b.param_bytes));
     println!("  kernel dispatches     {}", b.dispatches);
     println!("  bytes moved / run     {}", kib(b.bytes_moved));
+    match &fallbacks {
+        Some(Ok(list)) => {
+            println!("host fallbacks ({}): steps with no GPU kernel, run on the CPU", list.len());
+            for f in list {
+                println!("  {f}");
+            }
+        }
+        Some(Err(why)) => println!("host fallbacks: unknown, the GPU is not usable here ({why})"),
+        None => {}
+    }
     Ok(())
 }

@@ -23,7 +23,14 @@ pub fn info() -> Result<()> {
     }
     println!();
     for device in Device::ALL {
-        println!("device {device}: {}", if is_available(device) { "available" } else { "not available" });
+        match rlx::runtime::availability(device) {
+            Ok(()) => println!("device {device}: available"),
+            Err(why) => println!("device {device}: not available ({why})"),
+        }
     }
+    if let Ok(adapter) = rlx::runtime::gpu::describe() {
+        println!("gpu adapter: {adapter}");
+    }
+    println!("fastest device: {}", fastest_device());
     Ok(())
 }

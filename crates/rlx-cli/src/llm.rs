@@ -18,6 +18,7 @@ pub struct GenerateArgs {
     pub threads: Option<usize>,
     pub context: usize,
     pub f32_decode: bool,
+    pub device: Device,
 }
 
 /// The model path given, or the default one, which must exist.
@@ -32,7 +33,8 @@ pub fn model_path(given: Option<&Path>) -> Result<PathBuf> {
 
 pub fn generate(args: &GenerateArgs) -> Result<()> {
     let path = model_path(args.model.as_deref())?;
-    let options = LlamaOptions { context: args.context, threads: args.threads, q8_decode: !args.f32_decode };
+    let options =
+        LlamaOptions { context: args.context, threads: args.threads, q8_decode: !args.f32_decode, device: args.device };
     let mut model = Llama::load(&path, &options)?;
     let text = if args.chat {
         let template = model.gguf().get("tokenizer.chat_template").and_then(|v| v.as_str()).ok_or_else(|| {
@@ -156,17 +158,22 @@ const REPS: usize = 3;
 
 /// `rlx bench llm`: pp512 and tg128 at each thread count; with `llama_cpp`, the same on
 /// llama.cpp (built by tools/bench/llama_cpp_env.sh) in the same run.
-pub fn bench_llm(model: Option<&Path>, threads: &[usize], llama_cpp: bool) -> Result<()> {
+pub fn bench_llm(model: Option<&Path>, threads: &[usize], llama_cpp: bool, device: Device) -> Result<()> {
     let path = model_path(model)?;
     let baseline_kib = rss_kib("VmRSS");
     println!(
-        "rlx bench llm: {} ({} bytes), pp{PP} / tg{TG}, context {CONTEXT}, median of {REPS} after a warm-up",
+        "rlx bench llm: {} ({} bytes), pp{PP} / tg{TG}, context {CONTEXT}, median of {REPS} after a warm-up, on {device}",
         path.display(),
         std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
     );
+    if device == Device::Gpu {
+        println!("gpu: {}", rlx::runtime::gpu::describe().map_err(Error::unsupported)?);
+    }
+    // Host threads only matter on the CPU.
+    let threads = if device == Device::Cpu { threads } else { &threads[..threads.len().min(1)] };
     let mut rows = Vec::new();
     for &t in threads {
-        let mut m = Llama::load(&path, &LlamaOptions { context: CONTEXT, threads: Some(t), q8_decode: true })?;
+        let mut m = Llama::load(&path, &LlamaOptions { context: CONTEXT, threads: Some(t), q8_decode: true, device })?;
         let vocab = m.config.vocab;
         // The ids llama_cpp_bench.py uses.
         let prompt: Vec<TokenId> = (0..PP).map(|i| ((i * 7919) % vocab) as TokenId).collect();

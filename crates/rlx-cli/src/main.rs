@@ -11,6 +11,7 @@ mod run;
 mod train;
 
 use clap::{Parser, Subcommand};
+use rlx::prelude::Device;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -68,8 +69,11 @@ enum Command {
         /// Decode with f32 activations instead of 8-bit integer dot products.
         #[arg(long)]
         f32_decode: bool,
+        /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
-    /// Compile a graph for the CPU, run it on .npy inputs and print or save the outputs.
+    /// Compile a graph for a device, run it on .npy inputs and print or save the outputs.
     Run {
         /// A graph in RLX's JSON format.
         graph: PathBuf,
@@ -82,6 +86,9 @@ enum Command {
         /// Write output i to DIR/output_i.npy instead of printing it.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
     /// Build, compile and run a small MLP with embedded weights, checked against an f64 reference.
     Demo,
@@ -89,7 +96,7 @@ enum Command {
     Check {
         /// A graph in RLX's JSON format.
         graph: PathBuf,
-        /// The backend to plan for.
+        /// The backend to plan for (`cpu` or `gpu`; `gpu` also lists host fallbacks).
         #[arg(long, default_value = "cpu")]
         backend: String,
         /// Machine-readable output (schema: docs/check-schema.md).
@@ -121,11 +128,12 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
-    /// Print the CPU features found and the arm each kernel family uses.
+    /// Print the CPU features found, the arm each kernel family uses, and the devices.
     Info,
     /// Measure against anchors in one run: `kernels` (glibc, NumPy, OpenBLAS, FMA peak),
     /// `transformer` (fusion and memory plan), `llm` (pp512 / tg128 tokens/s; llama.cpp
-    /// with --llama-cpp).
+    /// with --llama-cpp). With `--device gpu`: GEMM GFLOP/s on the GPU against the CPU
+    /// (`kernels`), or the LLM's tokens/s on the GPU (`llm`).
     Bench {
         /// What to measure: `kernels`, `transformer` or `llm`.
         #[arg(default_value = "kernels")]
@@ -139,6 +147,9 @@ enum Command {
         /// Also measure llama.cpp (llama-cpp-python, built once into a cached virtualenv).
         #[arg(long)]
         llama_cpp: bool,
+        /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
 }
 
@@ -175,34 +186,41 @@ fn main() -> ExitCode {
             threads,
             ctx,
             f32_decode,
-        } => llm::generate(&llm::GenerateArgs {
-            model,
-            prompt,
-            max_new: max_tokens,
-            sampler: rlx::models::SamplerConfig {
-                temperature: temp,
-                top_k,
-                top_p,
-                repetition_penalty: repeat_penalty,
-                seed,
-                ..Default::default()
-            },
-            chat,
-            system,
-            threads,
-            context: ctx,
-            f32_decode,
+            device,
+        } => Device::from_name(&device).and_then(|device| {
+            llm::generate(&llm::GenerateArgs {
+                model,
+                prompt,
+                max_new: max_tokens,
+                sampler: rlx::models::SamplerConfig {
+                    temperature: temp,
+                    top_k,
+                    top_p,
+                    repetition_penalty: repeat_penalty,
+                    seed,
+                    ..Default::default()
+                },
+                chat,
+                system,
+                threads,
+                context: ctx,
+                f32_decode,
+                device,
+            })
         }),
-        Command::Run { graph, inputs, params, out } => run::run(&graph, &inputs, &params, out.as_deref()),
+        Command::Run { graph, inputs, params, out, device } => {
+            Device::from_name(&device).and_then(|d| run::run(&graph, &inputs, &params, out.as_deref(), d))
+        }
         Command::Demo => demo::demo(),
         Command::Check { graph, backend, json } => check::check(&graph, &backend, json),
         Command::Train { model, epochs, batch, lr, seed, optimizer, plot, threads } => {
             train::train(&train::TrainArgs { model, epochs, batch, lr, seed, optimizer, plot, threads })
         }
         Command::Info => info::info(),
-        Command::Bench { what, model, threads, llama_cpp } if what == "llm" => {
-            llm::bench_llm(model.as_deref(), &threads, llama_cpp)
+        Command::Bench { what, model, threads, llama_cpp, device } if what == "llm" => {
+            Device::from_name(&device).and_then(|d| llm::bench_llm(model.as_deref(), &threads, llama_cpp, d))
         }
+        Command::Bench { what, device, .. } if device == "gpu" => bench::bench_gpu(&what),
         Command::Bench { what, .. } => bench::bench(&what),
     };
     match result {

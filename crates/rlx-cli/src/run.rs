@@ -4,9 +4,9 @@ use rlx::ir::shape::fmt_type;
 use rlx::prelude::*;
 use std::path::Path;
 
-pub fn run(graph: &Path, inputs: &[String], params: &[String], out: Option<&Path>) -> Result<()> {
+pub fn run(graph: &Path, inputs: &[String], params: &[String], out: Option<&Path>, device: Device) -> Result<()> {
     let g = crate::load_graph(graph)?;
-    let mut compiled = Session::new(Device::Cpu)?.compile(&g)?;
+    let mut compiled = Session::new(device)?.compile(&g)?;
     for spec in params {
         let (name, t) = load_named("--param", spec)?;
         compiled.set_param_typed(&name, &t)?;

@@ -52,6 +52,19 @@ impl Target {
         params_outside_arena: true,
     };
 
+    /// A GPU through WGSL (rlx-wgpu): 32-bit words for every sub-word type except
+    /// quantized weight bytes, which the dequantizing kernels read packed; elementwise
+    /// regions up to 32 ops and 8 inputs (each a generated shader, registers are free);
+    /// no pattern fusions (no fused kernels to run them yet); params in buffers of their
+    /// own (set_param uploads one param, a KV cache is updated in place).
+    pub const GPU: Target = Target {
+        name: "gpu",
+        width_policy: ArenaWidthPolicy::Words32,
+        packed_operand: gpu_packed_operand,
+        fusion_limits: FusionLimits { max_ops: 32, max_inputs: 8, patterns: false },
+        params_outside_arena: true,
+    };
+
     /// This target with another width policy (what `rlx check` prices the policy against).
     pub fn with_width_policy(mut self, policy: ArenaWidthPolicy) -> Target {
         self.width_policy = policy;
@@ -61,6 +74,7 @@ impl Target {
     pub fn by_name(name: &str) -> Option<Target> {
         match name {
             "cpu" => Some(Target::CPU),
+            "gpu" => Some(Target::GPU),
             _ => None,
         }
     }
@@ -76,6 +90,16 @@ fn cpu_packed_operand(kernel: &Kernel, operand: usize) -> bool {
         Kernel::MatMulBias { .. } => operand < 2,
         Kernel::SwiGluMatMul => operand < 3,
         Kernel::Op(Op::Gather | Op::Cast { .. }) => operand == 0,
+        _ => false,
+    }
+}
+
+/// The GPU's packed operands: the weight bytes of quantized matmuls and dequantize.
+fn gpu_packed_operand(kernel: &Kernel, operand: usize) -> bool {
+    use rlx_ir::Op;
+    match kernel {
+        Kernel::Op(Op::DequantMatMul { .. }) => operand == 1,
+        Kernel::Op(Op::Dequantize { .. }) => operand == 0,
         _ => false,
     }
 }

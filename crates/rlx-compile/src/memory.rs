@@ -35,6 +35,11 @@ pub enum ArenaWidthPolicy {
     /// widened to f32. Integers are native. A boundary tensor thus keeps its 2-byte form
     /// only when all its consumers read that form.
     NativeHalfWidened,
+    /// Every element of fewer than 4 bytes (f16, bf16, i8, u8, bool) stored in a 4-byte
+    /// word (f16/bf16 as f32, integers and bool as i32), except params every reader takes
+    /// packed (quantized weight bytes); 8-byte types native. For targets whose shading
+    /// languages have no 8- or 16-bit storage types (WGSL's core has 32-bit words only).
+    Words32,
 }
 
 impl ArenaWidthPolicy {
@@ -43,25 +48,26 @@ impl ArenaWidthPolicy {
             ArenaWidthPolicy::F32Uniform => "F32Uniform",
             ArenaWidthPolicy::Native => "Native",
             ArenaWidthPolicy::NativeHalfWidened => "NativeHalfWidened",
+            ArenaWidthPolicy::Words32 => "Words32",
         }
     }
 
     /// Bytes per element of a value of `dtype` and `kind` under this policy;
     /// `readers_take_packed` says every step reading the value takes it packed.
     pub fn elem_bytes(self, dtype: DType, kind: &ValueKind, readers_take_packed: bool) -> usize {
-        let widen = dtype.is_half()
-            && match self {
-                ArenaWidthPolicy::F32Uniform => true,
-                ArenaWidthPolicy::Native => false,
-                ArenaWidthPolicy::NativeHalfWidened => {
-                    !(matches!(kind, ValueKind::Param { .. }) && readers_take_packed)
-                }
-            };
+        let packed_param = matches!(kind, ValueKind::Param { .. }) && readers_take_packed;
+        let widen = match self {
+            ArenaWidthPolicy::F32Uniform => dtype.is_half(),
+            ArenaWidthPolicy::Native => false,
+            ArenaWidthPolicy::NativeHalfWidened => dtype.is_half() && !packed_param,
+            ArenaWidthPolicy::Words32 => dtype.size_bytes() < 4 && !packed_param,
+        };
         if widen { 4 } else { dtype.size_bytes() }
     }
 }
 
-/// Whether a target's kernel reads operand `k` from packed 2-byte f16/bf16 storage.
+/// Whether a target's kernel reads operand `k` packed: 2-byte f16/bf16, or under
+/// `Words32` any sub-word type (quantized weight bytes).
 pub type PackedOperand = fn(&Kernel, usize) -> bool;
 
 /// A value's bytes: in the arena, or in the buffer of param `param`.

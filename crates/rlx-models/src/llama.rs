@@ -95,11 +95,13 @@ pub struct LlamaOptions {
     /// Decode steps quantize activations to 8 bits for integer dot products (llama.cpp
     /// does the same); false keeps them f32 (slower, closer to the f32 reference).
     pub q8_decode: bool,
+    /// Where the graphs run (weights and KV cache live there too).
+    pub device: Device,
 }
 
 impl Default for LlamaOptions {
     fn default() -> Self {
-        LlamaOptions { context: 0, threads: None, q8_decode: true }
+        LlamaOptions { context: 0, threads: None, q8_decode: true, device: Device::Cpu }
     }
 }
 
@@ -238,7 +240,7 @@ impl Llama {
             config: c,
             tokenizer,
             gguf,
-            session: Session::new(Device::Cpu)?,
+            session: Session::new(options.device)?,
             compile_options,
             context,
             q8_decode: options.q8_decode,

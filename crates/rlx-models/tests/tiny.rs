@@ -88,7 +88,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn cached_steps_agree_with_one_prompt_pass() {
-    let options = LlamaOptions { context: 32, threads: Some(2), q8_decode: false };
+    let options = LlamaOptions { context: 32, threads: Some(2), q8_decode: false, ..Default::default() };
     let mut m = Llama::from_gguf(tiny_model(None, "llama"), &options).unwrap();
     let tokens: Vec<u32> = vec![72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100];
     let full = m.prefill(&tokens).unwrap();
@@ -118,7 +118,7 @@ fn cached_steps_agree_with_one_prompt_pass() {
 
 #[test]
 fn the_context_is_bounded() {
-    let options = LlamaOptions { context: 8, threads: Some(1), q8_decode: true };
+    let options = LlamaOptions { context: 8, threads: Some(1), q8_decode: true, ..Default::default() };
     let mut m = Llama::from_gguf(tiny_model(None, "llama"), &options).unwrap();
     m.prefill(&[1, 2, 3, 4, 5, 6]).unwrap();
     m.decode(7).unwrap();

@@ -16,6 +16,13 @@ impl Session {
     pub fn new(device: Device) -> Result<Session> {
         match device {
             Device::Cpu => Ok(Session { backend: Box::new(CpuBackend) }),
+            #[cfg(feature = "gpu")]
+            Device::Gpu => {
+                rlx_wgpu::gpu_info()?;
+                Ok(Session { backend: Box::new(crate::backend::gpu::GpuBackend) })
+            }
+            #[cfg(not(feature = "gpu"))]
+            Device::Gpu => Err(Error::unsupported("Device::Gpu: this build of rlx has no `gpu` feature")),
         }
     }
 

@@ -131,6 +131,12 @@ impl ParamBuffer {
         matches!(self.0.storage, Storage::Borrowed { .. })
     }
 
+    /// An identity of the storage, equal for every clone and unique among live buffers
+    /// (another backend keys its device copy of a shared buffer by it).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     /// Whether `self` and `other` are the same storage.
     pub fn same_as(&self, other: &ParamBuffer) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

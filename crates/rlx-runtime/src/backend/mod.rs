@@ -3,6 +3,8 @@
 //! boundary conversion, error messages), so each backend implements only these calls.
 
 pub mod cpu;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 
 use crate::ParamBuffer;
 use crate::{CompileOptions, Device};

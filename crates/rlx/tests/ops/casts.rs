@@ -13,7 +13,7 @@ const FORMATS: [(DType, Half, u32, u32); 2] = [(DType::F16, Half::F16, 5, 10), (
 /// `cast(x, to)` with `x` an input, and again with `x` a param (which the CPU may keep
 /// packed in 2 bytes when its only reader is the cast).
 fn cast_both_ways(x: &HostTensor, to: DType) -> [HostTensor; 2] {
-    let session = Session::new(Device::Cpu).unwrap();
+    let session = Session::new(test_device()).unwrap();
     let mut g = Graph::new("cast_input");
     let i = g.input("x", x.dtype(), x.dims()).unwrap();
     let o = g.cast(i, to).unwrap();
@@ -122,7 +122,7 @@ fn the_f32_boundary_rounds_like_the_cast() {
         let zero = g.scalar(dtype, 0.0).unwrap();
         let y = g.add(x, zero).unwrap();
         g.set_outputs(&[y]).unwrap();
-        let got = Session::new(Device::Cpu).unwrap().compile(&g).unwrap().run(&[("x", &values)]).unwrap().remove(0);
+        let got = Session::new(test_device()).unwrap().compile(&g).unwrap().run(&[("x", &values)]).unwrap().remove(0);
         for (&v, &g) in values.iter().zip(&got) {
             // x + 0 turns -0 into +0: compare values, not signs of zero.
             let want = round_half(v as f64, half);

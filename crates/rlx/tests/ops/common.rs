@@ -13,6 +13,13 @@ pub use rlx_oracle::{Half, Rng, decode_small_float, erf, erfc, round_half};
 pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 pub const INTS: [DType; 4] = [DType::I8, DType::I32, DType::I64, DType::U8];
 
+/// The device the op tests run on: `RLX_TEST_DEVICE` (`cpu`, the default, or `gpu`),
+/// so every oracle below also checks the GPU backend.
+pub fn test_device() -> Device {
+    let name = std::env::var("RLX_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    Device::from_name(&name).unwrap_or_else(|e| panic!("RLX_TEST_DEVICE: {e}"))
+}
+
 /// Range of an integer dtype.
 pub fn int_range(dtype: DType) -> (i64, i64) {
     match dtype {
@@ -79,7 +86,7 @@ pub fn eval(ins: &[In], build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<Node
     }
     let out = build(&mut g, &ids)?;
     g.set_outputs(&[out])?;
-    let mut compiled = Session::new(Device::Cpu)?.compile_with(&g, &CompileOptions::default())?;
+    let mut compiled = Session::new(test_device())?.compile_with(&g, &CompileOptions::default())?;
     let tensors: Vec<HostTensor> =
         ins.iter().map(|x| HostTensor::from_f64_as(x.dtype, &x.dims, &x.values)).collect::<Result<_>>()?;
     let names: Vec<String> = (0..ins.len()).map(|i| format!("x{i}")).collect();

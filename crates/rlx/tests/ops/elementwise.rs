@@ -220,7 +220,7 @@ fn eval_i64(a: &[i64], da: &[usize], b: &[i64], db: &[usize], op: BinaryOp) -> H
     let y = g.input("b", DType::I64, db).unwrap();
     let z = g.binary(op, x, y).unwrap();
     g.set_outputs(&[z]).unwrap();
-    let mut c = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
+    let mut c = Session::new(test_device()).unwrap().compile(&g).unwrap();
     let (ta, tb) = (HostTensor::from_i64(da, a).unwrap(), HostTensor::from_i64(db, b).unwrap());
     c.run_typed(&[("a", &ta), ("b", &tb)]).unwrap().remove(0)
 }
@@ -455,7 +455,7 @@ fn unary_on_signed_integers_wraps() {
             let x = g.cast(x, dtype).unwrap();
             let y = g.unary(u, x).unwrap();
             g.set_outputs(&[y]).unwrap();
-            let mut c = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
+            let mut c = Session::new(test_device()).unwrap().compile(&g).unwrap();
             let got = c.run_typed(&[("x", &t)]).unwrap().remove(0);
             let expected: Vec<i64> = v.iter().map(|&x| wrap(f(x as i128), dtype)).collect();
             assert_exact_i64(&got, dtype, &[8], &expected, &format!("{} {dtype}", u.name()));
@@ -542,7 +542,7 @@ fn cast_from_f64_and_i64_rounds_once() {
     let i = g.input("i", DType::I64, &[1]).unwrap();
     let o = g.cast(i, DType::BF16).unwrap();
     g.set_outputs(&[o]).unwrap();
-    let mut c = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
+    let mut c = Session::new(test_device()).unwrap().compile(&g).unwrap();
     let got = c.run_typed(&[("i", &HostTensor::from_i64(&[1], &[v]).unwrap())]).unwrap().remove(0);
     assert_exact(&got, DType::BF16, &[1], &[2f64.powi(30) + 2f64.powi(23)], "i64 -> bf16");
     // Beyond 2^53, where i64 -> f64 itself rounds: 2^60 + 2^52 + 1 sits just above the

@@ -123,7 +123,7 @@ fn half_product(x: &In, w: &In, transposed: bool, w_is_param: bool) -> HostTenso
     let wt = if transposed { g.transpose(wi, &[1, 0]).unwrap() } else { wi };
     let o = g.matmul(xi, wt).unwrap();
     g.set_outputs(&[o]).unwrap();
-    let mut c = Session::new(Device::Cpu).unwrap().compile_with(&g, &CompileOptions::default()).unwrap();
+    let mut c = Session::new(test_device()).unwrap().compile_with(&g, &CompileOptions::default()).unwrap();
     let xt = HostTensor::from_f64_as(x.dtype, &x.dims, &x.values).unwrap();
     let wt = HostTensor::from_f64_as(w.dtype, &w.dims, &w.values).unwrap();
     if w_is_param {

@@ -1,0 +1,233 @@
+//! Matmul against GGML blocks (Q4_0, Q4_1, Q8_0) and dequantize. The weight bytes stay
+//! packed in u32 words. The matmul stages activation rows in shared memory, decodes each
+//! weight block once for all the rows it serves, and with q8 activations quantizes each
+//! staged 32-value block once, as the reference does (scale `max|x| / 127`, round half
+//! away from zero), taking integer dots scaled per block.
+
+use super::{Call, Tensor, Threads, Word, u32s};
+use rlx_ir::QuantScheme;
+
+/// The block decoder over weight binding `tW` (its number substituted by [`decoder`]).
+const DECODE: &str = "fn byte(o: u32) -> u32 {
+    return (tW[oW(o >> 2u)] >> ((o & 3u) * 8u)) & 0xffu;
+}
+fn half(o: u32) -> f32 {
+    return unpack2x16float(byte(o) | (byte(o + 1u) << 8u)).x;
+}
+// The 32 quantized values of the block at byte `o` (without scale or min).
+fn q(o: u32, j: u32) -> i32 {
+    switch (mt[K + 3u]) {
+        case 0u: { let v = byte(o + 2u + (j % 16u)); return i32(select(v & 15u, v >> 4u, j >= 16u)) - 8; }
+        case 1u: { let v = byte(o + 4u + (j % 16u)); return i32(select(v & 15u, v >> 4u, j >= 16u)); }
+        default: { return (bitcast<i32>(byte(o + 2u + j)) << 24u) >> 24u; }
+    }
+}
+fn block_min(o: u32) -> f32 {
+    if (mt[K + 3u] == 1u) { return half(o + 2u); }
+    return 0.0;
+}
+";
+
+fn decoder(binding: usize) -> String {
+    DECODE.replace("tW[oW(", &format!("t{binding}[o{binding}("))
+}
+
+fn scheme_code(scheme: QuantScheme) -> Option<u32> {
+    match scheme {
+        QuantScheme::Q4_0 => Some(0),
+        QuantScheme::Q4_1 => Some(1),
+        QuantScheme::Q8_0 => Some(2),
+        _ => None,
+    }
+}
+
+/// Activation rows per workgroup, and k values staged in shared memory per pass: each
+/// decoded weight block serves `ROWS` rows, and a pass's 8 x 8 (row, block) statistics
+/// (sums, q8 scales) are one per thread of the 64.
+const ROWS: usize = 8;
+const CHUNK: usize = 256;
+
+/// Reads the u32 at any byte offset of the weights (two aligned loads when unaligned:
+/// Q4_0 and Q8_0 blocks are 18 and 34 bytes); `decode` fills the block's 32 quantized
+/// values and returns (scale, min).
+fn block_decoder(scheme: QuantScheme) -> Option<String> {
+    let (header, quants) = match scheme {
+        QuantScheme::Q4_0 => (
+            "let d = half_at(o);\n    let mn = 0.0;",
+            (2, "i32((w >> (8u * i)) & 15u) - 8", "i32((w >> (8u * i + 4u)) & 15u) - 8"),
+        ),
+        QuantScheme::Q4_1 => (
+            "let d = half_at(o);\n    let mn = half_at(o + 2u);",
+            (4, "i32((w >> (8u * i)) & 15u)", "i32((w >> (8u * i + 4u)) & 15u)"),
+        ),
+        QuantScheme::Q8_0 => ("let d = half_at(o);\n    let mn = 0.0;", (2, "", "")),
+        _ => return None,
+    };
+    let (start, lo, hi) = quants;
+    let fill = if scheme == QuantScheme::Q8_0 {
+        format!(
+            "for (var t = 0u; t < 8u; t++) {{
+        let w = wword(o + {start}u + 4u * t);
+        for (var i = 0u; i < 4u; i++) {{ (*q)[4u * t + i] = bitcast<i32>(w << (24u - 8u * i)) >> 24u; }}
+    }}"
+        )
+    } else {
+        format!(
+            "for (var t = 0u; t < 4u; t++) {{
+        let w = wword(o + {start}u + 4u * t);
+        for (var i = 0u; i < 4u; i++) {{
+            (*q)[4u * t + i] = {lo};
+            (*q)[4u * t + i + 16u] = {hi};
+        }}
+    }}"
+        )
+    };
+    Some(format!(
+        "fn wword(o: u32) -> u32 {{
+    let a = o >> 2u;
+    let s = (o & 3u) * 8u;
+    let lo = t1[o1(a)];
+    if (s == 0u) {{ return lo; }}
+    return (lo >> s) | (t1[o1(a + 1u)] << (32u - s));
+}}
+fn half_at(o: u32) -> f32 {{ return unpack2x16float(wword(o) & 0xffffu).x; }}
+fn decode(o: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {{
+    {header}
+    {fill}
+    return vec2<f32>(d, mn);
+}}
+"
+    ))
+}
+
+/// `x [.., k] @ W^T`, W `[n, row_bytes]` in `scheme`: a workgroup takes 64 output
+/// columns of `ROWS` activation rows and walks k in passes of `CHUNK` staged values.
+pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> Option<Call> {
+    let decoder = block_decoder(scheme)?;
+    if w.elem_bytes != 1 || x.compute_word(false)? != Word::F32 {
+        return None;
+    }
+    let k = *x.dims.last()?;
+    let n = w.dims[0];
+    let m = x.numel().checked_div(k).unwrap_or(0);
+    let meta = u32s([k, n, w.dims[1], m, scheme.block_bytes()]);
+    // Per (row, block) of a pass: float, the block's sum of x (for Q4_1's min); q8, the
+    // quantized values, the scale and scale * sum of the quantized values.
+    let (stats, dot) = if q8 {
+        (
+            "var amax = 0.0;
+            for (var j = 0u; j < 32u; j++) {
+                let v = xs[base + j];
+                if (abs(v) > amax || is_nan(v)) { amax = abs(v); }
+            }
+            let dx = amax / 127.0;
+            let inv = select(0.0, 1.0 / dx, dx != 0.0);
+            var qsum = 0;
+            for (var j = 0u; j < 32u; j++) {
+                let v = xs[base + j] * inv;
+                var r = trunc(v);
+                if (abs(v - r) >= 0.5) { r += sign(v); }
+                qs[base + j] = i32(r);
+                qsum += i32(r);
+            }
+            scale[li] = dx;
+            sums[li] = dx * f32(qsum);",
+            "var dot = 0;
+                    for (var j = 0u; j < 32u; j++) { dot += qs[at + j] * q[j]; }
+                    acc[r] += scale[r * 8u + b] * dm.x * f32(dot) + dm.y * sums[r * 8u + b];",
+        )
+    } else {
+        (
+            "var s = 0.0;
+            for (var j = 0u; j < 32u; j++) { s += xs[base + j]; }
+            sums[li] = s;",
+            "var dot = 0.0;
+                    for (var j = 0u; j < 32u; j++) { dot += xs[at + j] * f32(q[j]); }
+                    acc[r] += dm.x * dot + dm.y * sums[r * 8u + b];",
+        )
+    };
+    let body = format!(
+        r#"{decoder}var<workgroup> xs: array<f32, {staged}>;
+var<workgroup> qs: array<i32, {staged}>;
+var<workgroup> scale: array<f32, 64>;
+var<workgroup> sums: array<f32, 64>;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {{
+    let k = mt[K];
+    let n = mt[K + 1u];
+    let row_bytes = mt[K + 2u];
+    let m = mt[K + 3u];
+    let bb = mt[K + 4u];
+    let col = wg.x * 64u + li;
+    let r0 = wg.y * {ROWS}u;
+    let rows = min({ROWS}u, m - r0);
+    var acc: array<f32, {ROWS}>;
+    var q: array<i32, 32>;
+    for (var k0 = 0u; k0 < k; k0 += {CHUNK}u) {{
+        let nb = min({CHUNK}u, k - k0) / 32u;
+        for (var e = li; e < {staged}u; e += 64u) {{
+            let r = e / {CHUNK}u;
+            let c = e % {CHUNK}u;
+            var v = 0.0;
+            if (r < rows && k0 + c < k) {{ v = t0[o0((r0 + r) * k + k0 + c)]; }}
+            xs[e] = v;
+        }}
+        workgroupBarrier();
+        {{
+            let base = (li / 8u) * {CHUNK}u + (li % 8u) * 32u;
+            {stats}
+        }}
+        workgroupBarrier();
+        if (col < n) {{
+            for (var b = 0u; b < nb; b++) {{
+                let dm = decode(col * row_bytes + (k0 / 32u + b) * bb, &q);
+                for (var r = 0u; r < rows; r++) {{
+                    let at = r * {CHUNK}u + b * 32u;
+                    {dot}
+                }}
+            }}
+        }}
+        workgroupBarrier();
+    }}
+    if (col < n) {{
+        for (var r = 0u; r < rows; r++) {{ t2[o2((r0 + r) * n + col)] = acc[r]; }}
+    }}
+}}
+"#,
+        staged = ROWS * CHUNK,
+    );
+    Some(Call {
+        operands: vec![(0, Word::F32), (1, Word::U32), (2, Word::F32)],
+        body,
+        meta,
+        threads: Threads::Groups([n.div_ceil(64) as u32, m.div_ceil(ROWS) as u32, 1]),
+        checks: false,
+    })
+}
+
+/// Rows of `w` decoded to f32 `[n, k]`.
+pub fn dequantize(scheme: QuantScheme, w: &Tensor, out: &Tensor) -> Option<Call> {
+    let code = scheme_code(scheme)?;
+    if w.elem_bytes != 1 {
+        return None;
+    }
+    let k = out.dims[1];
+    let meta = u32s([k, 0, w.dims[1], code as usize, scheme.block_bytes()]);
+    let body = format!(
+        r#"{decode}fn item(i: u32) {{
+    let k = mt[K];
+    let p = i % k;
+    let wo = (i / k) * mt[K + 2u] + (p / 32u) * mt[K + 4u];
+    t1[o1(i)] = half(wo) * f32(q(wo, p % 32u)) + block_min(wo);
+}}
+"#,
+        decode = decoder(0)
+    );
+    Some(Call {
+        operands: vec![(0, Word::U32), (1, Word::F32)],
+        body,
+        meta,
+        threads: Threads::Items(out.numel()),
+        checks: false,
+    })
+}

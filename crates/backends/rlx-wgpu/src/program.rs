@@ -1,0 +1,717 @@
+//! Compiles a graph into dispatches over device buffers and runs them.
+//!
+//! `compile` runs the compiler for `Target::GPU`, creates the arena and one buffer per
+//! read param, uploads the constants, and resolves every step into dispatches of
+//! generated kernels with their bind groups and metadata fixed, or a host fallback.
+//! `run` uploads the inputs, records every dispatch in one command buffer (a host step
+//! splits it), and reads the outputs and the error flag back in one copy.
+
+use crate::context::{Gpu, gpu, storage_buffer};
+use crate::fallback::HostStep;
+use crate::kernels::{self, Call, PRELUDE, Tensor, Threads};
+use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueKind};
+use rlx_ir::shape::fmt_type;
+use rlx_ir::{DType, Error, Graph, HostTensor, Op, Result};
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// A value's bytes: in the arena (`param` None) or a param's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Place {
+    param: Option<usize>,
+    offset: u64,
+    bytes: u64,
+}
+
+/// A named boundary tensor and where it lives (`None`: nothing reads it).
+#[derive(Clone, Debug)]
+struct Leaf {
+    name: String,
+    dtype: DType,
+    dims: Vec<usize>,
+    elem_bytes: usize,
+    place: Option<Place>,
+}
+
+/// A kernel call: its pipeline, workgroups and bindings (metadata range, operand places,
+/// the error flag); the bind group is built from them, again when a param is rebound.
+struct Dispatch {
+    pipeline: Arc<wgpu::ComputePipeline>,
+    groups: [u32; 3],
+    meta: (u64, u64),
+    operands: Vec<Place>,
+    checks: bool,
+    bind_group: Option<wgpu::BindGroup>,
+    /// The step's kernel name (what `RLX_GPU_PROFILE` totals by).
+    kernel: String,
+}
+
+enum Action {
+    Gpu(Dispatch),
+    Host { step: Box<HostStep>, ins: Vec<(Place, Tensor)>, out: (Place, Tensor) },
+}
+
+/// What a step that checks its indices says when one is out of range.
+struct Checked {
+    op: Op,
+    /// Each input described (`f32[5,2] input 'x0'`) and its dims.
+    ins: Vec<(String, Vec<usize>)>,
+}
+
+impl Checked {
+    fn message(&self, at: u32, value: i32) -> String {
+        match &self.op {
+            Op::Gather => {
+                format!("index {value} at position {at} is out of range 0..{} for {}", self.ins[0].1[0], self.ins[0].0)
+            }
+            Op::ScatterAdd { rows } => {
+                format!("index {value} at position {at} is out of range 0..{rows} for scatter_add's table")
+            }
+            Op::CrossEntropy => format!(
+                "index {value} at position {at} is out of range 0..{} for cross_entropy labels (classes)",
+                self.ins[0].1[1]
+            ),
+            Op::KvAppend { axis } => format!(
+                "kv_append: writing {} rows at position {value} overruns {} (capacity {})",
+                self.ins[1].1[*axis], self.ins[0].0, self.ins[0].1[*axis]
+            ),
+            _ => {
+                let (sq, skv) = (self.ins[0].1[2], self.ins[1].1[2]);
+                format!("causal length {value} must lie in [sq, skv] = [{sq}, {skv}] (the cache holds {skv} keys)")
+            }
+        }
+    }
+}
+
+/// A graph compiled for the GPU.
+pub struct GpuProgram {
+    gpu: Arc<Gpu>,
+    compiled: Compiled,
+    arena: wgpu::Buffer,
+    meta: wgpu::Buffer,
+    param_buffers: Vec<Option<Arc<wgpu::Buffer>>>,
+    /// Per param, the host buffer it was bound to (kept alive: its identity keys the
+    /// shared device copy) and whether that is read-only.
+    bound: Vec<Option<(rlx_cpu::ParamBuffer, bool)>>,
+    inputs: Vec<Leaf>,
+    params: Vec<Leaf>,
+    param_set: Vec<bool>,
+    param_written: Vec<bool>,
+    outputs: Vec<(Option<Place>, Tensor)>,
+    actions: Vec<Action>,
+    /// The error flag (failing step + 1, position, value), when a kernel checks indices;
+    /// per step, what it computes (for that error's message).
+    status: Option<wgpu::Buffer>,
+    labels: Vec<String>,
+    checked: Vec<Option<Checked>>,
+    host_fallbacks: Vec<String>,
+    /// With `RLX_GPU_PROFILE=1`: dispatches run one at a time, and per kernel name the
+    /// seconds and calls they took, printed when the program is dropped.
+    profile: Option<std::collections::HashMap<String, (f64, usize)>>,
+}
+
+impl Drop for GpuProgram {
+    fn drop(&mut self) {
+        let Some(profile) = &self.profile else { return };
+        let mut rows: Vec<_> = profile.iter().collect();
+        rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        let total: f64 = rows.iter().map(|r| r.1.0).sum();
+        eprintln!("RLX_GPU_PROFILE '{}': {:.1} ms in {} kernels", self.compiled.schedule.name, total * 1e3, rows.len());
+        for (kernel, (secs, calls)) in rows {
+            eprintln!("  {:>9.2} ms {:>5.1}% {calls:>6} calls  {kernel}", secs * 1e3, 100.0 * secs / total.max(1e-12));
+        }
+    }
+}
+
+/// A host tensor of its declared type as the words the device stores it in.
+fn to_words(t: &HostTensor, elem_bytes: usize) -> Vec<u8> {
+    let mut bytes = if elem_bytes == t.dtype().size_bytes() {
+        t.bytes().to_vec()
+    } else if t.dtype().is_float() {
+        t.to_f32_vec().iter().flat_map(|v| v.to_le_bytes()).collect()
+    } else {
+        t.to_i64_vec().iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()
+    };
+    bytes.resize(bytes.len().next_multiple_of(4), 0);
+    bytes
+}
+
+/// Device words back to a host tensor of `t`'s declared type (values a widened slot
+/// holds are representable in it, so the conversion is exact).
+fn from_words(bytes: &[u8], t: &Tensor) -> Result<HostTensor> {
+    let n = t.numel();
+    if t.elem_bytes == t.dtype.size_bytes() {
+        return HostTensor::from_bytes(t.dtype, &t.dims, bytes[..n * t.elem_bytes].to_vec());
+    }
+    let words = bytes.chunks_exact(4).take(n).map(|c| [c[0], c[1], c[2], c[3]]);
+    if t.dtype.is_float() {
+        HostTensor::from_f32_as(t.dtype, &t.dims, &words.map(f32::from_le_bytes).collect::<Vec<_>>())
+    } else {
+        HostTensor::from_f64_as(t.dtype, &t.dims, &words.map(|w| i32::from_le_bytes(w) as f64).collect::<Vec<_>>())
+    }
+}
+
+impl GpuProgram {
+    pub fn compile(graph: &Graph, options: &CompileOptions) -> Result<GpuProgram> {
+        let gpu = gpu()?;
+        let compiled = rlx_compile::compile(graph, &Target::GPU, options)?;
+        let (schedule, plan) = (&compiled.schedule, &compiled.plan);
+        let max = gpu.info.max_binding_bytes;
+        if plan.arena_bytes as u64 > max {
+            return Err(Error::unsupported(format!(
+                "gpu: the graph needs a {} byte arena; '{}' binds at most {max} bytes",
+                plan.arena_bytes, gpu.info.name
+            )));
+        }
+        let arena = storage_buffer(&gpu, "rlx arena", plan.arena_bytes as u64);
+        let place = |v: usize| -> Option<Place> {
+            plan.slots[v].map(|s| Place { param: s.param, offset: s.offset as u64, bytes: s.bytes as u64 })
+        };
+        let tensor = |v: usize| -> Tensor {
+            let value = &schedule.values[v];
+            let elem_bytes = plan.slots[v].map_or(value.dtype.size_bytes(), |s| s.elem_bytes);
+            Tensor { dtype: value.dtype, dims: value.dims.clone(), elem_bytes }
+        };
+        let leaf = |v: usize| -> Leaf {
+            let value = &schedule.values[v];
+            let name = value.label.split('\'').nth(1).unwrap_or(&value.label).to_string();
+            Leaf {
+                name,
+                dtype: value.dtype,
+                dims: value.dims.clone(),
+                elem_bytes: tensor(v).elem_bytes,
+                place: place(v),
+            }
+        };
+        let inputs: Vec<Leaf> = schedule.inputs.iter().map(|&v| leaf(v)).collect();
+        let params: Vec<Leaf> = schedule.params.iter().map(|&v| leaf(v)).collect();
+        let mut param_buffers = Vec::new();
+        for (p, l) in params.iter().enumerate() {
+            if (plan.param_bytes.get(p).copied().unwrap_or(0) as u64) > max {
+                return Err(Error::unsupported(format!(
+                    "gpu: param '{}' ({}) is larger than the {max} bytes '{}' binds",
+                    l.name,
+                    fmt_type(l.dtype, &l.dims),
+                    gpu.info.name
+                )));
+            }
+            param_buffers.push(l.place.map(|_| Arc::new(storage_buffer(&gpu, &l.name, plan.param_bytes[p] as u64))));
+        }
+        for (v, value) in schedule.values.iter().enumerate() {
+            if let (ValueKind::Constant(t), Some(at)) = (&value.kind, place(v)) {
+                gpu.queue.write_buffer(&arena, at.offset, &to_words(t, tensor(v).elem_bytes));
+            }
+        }
+        // Resolve every step into calls (or a host step), then lay out their metadata.
+        let int64 = gpu.info.int64;
+        let mut pending: Vec<(usize, Call, Vec<Place>)> = Vec::new();
+        let mut host: Vec<(usize, Action)> = Vec::new();
+        let mut host_fallbacks = Vec::new();
+        let mut labels = Vec::new();
+        let mut checked = Vec::new();
+        for (i, step) in schedule.steps.iter().enumerate() {
+            checked.push(match &step.kernel {
+                StepKernel::Op(
+                    op @ (Op::Gather
+                    | Op::KvAppend { .. }
+                    | Op::Attention { .. }
+                    | Op::ScatterAdd { .. }
+                    | Op::CrossEntropy),
+                ) => Some(Checked {
+                    op: op.clone(),
+                    ins: step.inputs.iter().map(|&v| (schedule.describe(v), schedule.values[v].dims.clone())).collect(),
+                }),
+                _ => None,
+            });
+            let label = format!("{} -> {}", step.kernel.name(), schedule.describe(step.outputs[0]));
+            labels.push(label.clone());
+            if plan.views[i] {
+                continue;
+            }
+            let operands: Vec<usize> = step.inputs.iter().chain(&step.outputs).chain(&step.temps).copied().collect();
+            let places: Vec<Place> = operands
+                .iter()
+                .map(|&v| place(v).ok_or_else(|| Error::internal(format!("{} has no slot", schedule.describe(v)))))
+                .collect::<Result<_>>()?;
+            let ins: Vec<Tensor> = step.inputs.iter().map(|&v| tensor(v)).collect();
+            let outs: Vec<Tensor> = step.outputs.iter().map(|&v| tensor(v)).collect();
+            let in_place = places[0] == places[ins.len()];
+            match calls(&step.kernel, &ins, &outs[0], in_place, int64) {
+                Some(cs) => pending.extend(cs.into_iter().map(|c| (i, c, places.clone()))),
+                None => {
+                    let StepKernel::Op(op) = &step.kernel else {
+                        return Err(Error::unsupported(format!("gpu: no kernel for step {i}: {label}")));
+                    };
+                    host_fallbacks.push(format!("step {i}: {label}"));
+                    let step_ins = ins.iter().cloned().zip(&places).map(|(t, &p)| (p, t)).collect();
+                    let out = (places[ins.len()], outs[0].clone());
+                    host.push((i, Action::Host { step: Box::new(HostStep::new(op, &ins)?), ins: step_ins, out }));
+                }
+            }
+        }
+        let align = u64::from(gpu.limits.min_storage_buffer_offset_alignment).max(4);
+        let mut meta_bytes: Vec<u8> = Vec::new();
+        let mut chunks = Vec::new();
+        for (i, call, places) in &pending {
+            let words = metadata(call, places, *i).map_err(|e| e.context(&labels[*i]))?;
+            let start = meta_bytes.len() as u64;
+            meta_bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+            chunks.push((start, meta_bytes.len() as u64 - start));
+            meta_bytes.resize((meta_bytes.len() as u64).next_multiple_of(align) as usize, 0);
+        }
+        let meta = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("rlx kernel metadata"),
+            size: (meta_bytes.len() as u64).max(16),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        gpu.queue.write_buffer(&meta, 0, &meta_bytes);
+        let checks = pending.iter().any(|(_, c, _)| c.checks);
+        let status = checks.then(|| storage_buffer(&gpu, "rlx error flag", 16));
+        let max_groups = gpu.limits.max_compute_workgroups_per_dimension;
+        let mut gpu_actions: Vec<(usize, Action)> = Vec::new();
+        for ((i, call, places), (start, size)) in pending.iter().zip(chunks) {
+            let groups = workgroups(call.threads, max_groups);
+            if groups.contains(&0) {
+                continue;
+            }
+            if groups.iter().any(|&g| g > max_groups) {
+                return Err(Error::unsupported(format!(
+                    "gpu: {} needs {groups:?} workgroups, over the device's {max_groups}",
+                    labels[*i]
+                )));
+            }
+            let source = shader(call);
+            let pipeline = gpu.pipeline(&source).map_err(|e| e.context(&labels[*i]))?;
+            let operands = call.operands.iter().map(|&(k, _)| places[k]).collect();
+            let dispatch = Dispatch {
+                pipeline,
+                groups,
+                meta: (start, size),
+                operands,
+                checks: call.checks,
+                bind_group: None,
+                kernel: schedule.steps[*i].kernel.name(),
+            };
+            gpu_actions.push((*i, Action::Gpu(dispatch)));
+        }
+        gpu.take_errors()?;
+        // Steps in schedule order (a step's dispatches keep their order).
+        let mut actions: Vec<(usize, Action)> = gpu_actions.into_iter().chain(host).collect();
+        actions.sort_by_key(|(i, _)| *i);
+        let outputs = schedule.outputs.iter().map(|&v| (place(v), tensor(v))).collect();
+        let param_written = schedule.params.iter().map(|p| plan.in_place.iter().any(|&(_, v)| v == *p)).collect();
+        let mut program = GpuProgram {
+            bound: vec![None; params.len()],
+            meta,
+            param_set: vec![false; params.len()],
+            param_written,
+            gpu,
+            compiled,
+            arena,
+            param_buffers,
+            inputs,
+            params,
+            outputs,
+            actions: actions.into_iter().map(|(_, a)| a).collect(),
+            status,
+            labels,
+            checked,
+            host_fallbacks,
+            profile: std::env::var("RLX_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default),
+        };
+        program.bind_all();
+        program.gpu.take_errors()?;
+        Ok(program)
+    }
+
+    /// (Re)builds every dispatch's bind group over the current buffers.
+    fn bind_all(&mut self) {
+        let mut actions = std::mem::take(&mut self.actions);
+        for action in &mut actions {
+            let Action::Gpu(d) = action else { continue };
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &self.meta,
+                    offset: d.meta.0,
+                    size: std::num::NonZeroU64::new(d.meta.1),
+                }),
+            }];
+            for (b, &p) in d.operands.iter().enumerate() {
+                entries
+                    .push(wgpu::BindGroupEntry { binding: b as u32 + 1, resource: self.buffer(p).as_entire_binding() });
+            }
+            if d.checks {
+                let s = self.status.as_ref().expect("a checking program has a flag");
+                entries.push(wgpu::BindGroupEntry {
+                    binding: d.operands.len() as u32 + 1,
+                    resource: s.as_entire_binding(),
+                });
+            }
+            d.bind_group = Some(self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &d.pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            }));
+        }
+        self.actions = actions;
+    }
+
+    /// The compiler's output this program was built from.
+    pub fn compiled(&self) -> &Compiled {
+        &self.compiled
+    }
+
+    /// Steps that run on the host (no WGSL kernel covers them), described.
+    pub fn host_fallbacks(&self) -> &[String] {
+        &self.host_fallbacks
+    }
+
+    /// Kernel dispatches per run.
+    pub fn dispatches(&self) -> usize {
+        self.actions.iter().filter(|a| matches!(a, Action::Gpu(_))).count()
+    }
+
+    pub fn arena_bytes(&self) -> usize {
+        self.compiled.plan.arena_bytes
+    }
+
+    /// Whether a run writes param `index` in place (a KV cache kept across runs).
+    pub fn updates_in_place(&self, index: usize) -> bool {
+        self.param_written.get(index).copied().unwrap_or(false)
+    }
+
+    fn buffer(&self, p: Place) -> &wgpu::Buffer {
+        match p.param {
+            None => &self.arena,
+            Some(i) => self.param_buffers[i].as_ref().expect("a placed param has a buffer"),
+        }
+    }
+
+    /// Uploads param `index` (a tensor of its declared type); only that param's bytes
+    /// move. A param bound to read-only host bytes gets a device buffer of its own again;
+    /// one bound to a writable shared buffer is written for every program holding it.
+    pub fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
+        let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?.clone();
+        check_type(&leaf, value)?;
+        if let Some(p) = leaf.place {
+            if let Some((_, true)) = self.bound[index] {
+                let bytes = self.compiled.plan.param_bytes[index] as u64;
+                self.param_buffers[index] = Some(Arc::new(storage_buffer(&self.gpu, &leaf.name, bytes)));
+                self.bound[index] = None;
+                self.bind_all();
+            }
+            self.gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(value, leaf.elem_bytes));
+        }
+        self.param_set[index] = true;
+        Ok(())
+    }
+
+    /// Makes param `index` use the device copy of `buffer` (same dtype and dims): one
+    /// copy per host buffer, shared by every program binding it, so a model's weights
+    /// upload once and a KV cache written in place by one graph is what the next reads.
+    /// The device copy, not the host buffer, then holds a cache's state.
+    pub fn bind_param(&mut self, index: usize, buffer: &rlx_cpu::ParamBuffer) -> Result<()> {
+        let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
+        if buffer.dtype() != leaf.dtype || buffer.dims() != leaf.dims.as_slice() {
+            return Err(Error::input(format!(
+                "param '{}' expects {}, the buffer holds {}",
+                leaf.name,
+                fmt_type(leaf.dtype, &leaf.dims),
+                fmt_type(buffer.dtype(), buffer.dims())
+            )));
+        }
+        if self.param_written[index] && buffer.is_borrowed() {
+            return Err(Error::input(format!(
+                "param '{}' is a cache this program writes in place; it cannot borrow read-only bytes",
+                leaf.name
+            )));
+        }
+        if leaf.place.is_some() {
+            let elem_bytes = leaf.elem_bytes;
+            let shared = self
+                .gpu
+                .shared_buffer((buffer.id(), elem_bytes), &leaf.name, || Ok(to_words(&buffer.read()?, elem_bytes)))?;
+            self.param_buffers[index] = Some(shared);
+            self.bound[index] = Some((buffer.clone(), buffer.is_borrowed()));
+            self.bind_all();
+            self.gpu.take_errors()?;
+        }
+        self.param_set[index] = true;
+        Ok(())
+    }
+
+    /// Runs with one tensor per input, in graph order, each of its declared type.
+    pub fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
+        }
+        if let Some(unset) = self.param_set.iter().position(|s| !s) {
+            let p = &self.params[unset];
+            return Err(Error::input(format!(
+                "param '{}' ({}) was never set: call set_param before run",
+                p.name,
+                fmt_type(p.dtype, &p.dims)
+            )));
+        }
+        let gpu = self.gpu.clone();
+        for (leaf, value) in self.inputs.iter().zip(inputs) {
+            check_type(leaf, value)?;
+            if let Some(p) = leaf.place {
+                gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(value, leaf.elem_bytes));
+            }
+        }
+        if let Some(s) = &self.status {
+            gpu.queue.write_buffer(s, 0, &[0; 16]);
+        }
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let mut pass = encoder.begin_compute_pass(&Default::default()).forget_lifetime();
+        for action in &self.actions {
+            match action {
+                Action::Gpu(d) => {
+                    pass.set_pipeline(&d.pipeline);
+                    pass.set_bind_group(0, d.bind_group.as_ref(), &[]);
+                    pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    if let Some(profile) = &mut self.profile {
+                        drop(pass);
+                        let start = std::time::Instant::now();
+                        gpu.queue.submit([encoder.finish()]);
+                        gpu.wait()?;
+                        let entry = profile.entry(d.kernel.clone()).or_default();
+                        *entry = (entry.0 + start.elapsed().as_secs_f64(), entry.1 + 1);
+                        encoder = gpu.device.create_command_encoder(&Default::default());
+                        pass = encoder.begin_compute_pass(&Default::default()).forget_lifetime();
+                    }
+                }
+                Action::Host { step, ins, out } => {
+                    drop(pass);
+                    gpu.queue.submit([encoder.finish()]);
+                    let places: Vec<Place> = ins.iter().map(|(p, _)| *p).collect();
+                    let bytes = self.read_back(&places)?;
+                    let values =
+                        bytes.iter().zip(ins).map(|(b, (_, t))| from_words(b, t)).collect::<Result<Vec<_>>>()?;
+                    let refs: Vec<&HostTensor> = values.iter().collect();
+                    let result = step.run(&refs)?;
+                    gpu.queue.write_buffer(self.buffer(out.0), out.0.offset, &to_words(&result[0], out.1.elem_bytes));
+                    encoder = gpu.device.create_command_encoder(&Default::default());
+                    pass = encoder.begin_compute_pass(&Default::default()).forget_lifetime();
+                }
+            }
+        }
+        drop(pass);
+        gpu.queue.submit([encoder.finish()]);
+        let mut places: Vec<Place> = self.outputs.iter().filter_map(|(p, _)| *p).collect();
+        if self.status.is_some() {
+            places.push(Place { param: Some(usize::MAX), offset: 0, bytes: 12 });
+        }
+        let mut bytes = self.read_back(&places)?;
+        if self.status.is_some() {
+            let flag = bytes.pop().expect("the flag was read");
+            let word = |k: usize| u32::from_le_bytes([flag[4 * k], flag[4 * k + 1], flag[4 * k + 2], flag[4 * k + 3]]);
+            if word(0) > 0 {
+                let step = word(0) as usize - 1;
+                let message =
+                    self.checked[step].as_ref().map_or_else(String::new, |c| c.message(word(1), word(2) as i32));
+                return Err(Error::runtime(message).context(&self.labels[step]));
+            }
+        }
+        let mut bytes = bytes.into_iter();
+        self.outputs
+            .iter()
+            .map(|(p, t)| match p {
+                Some(_) => from_words(&bytes.next().expect("one read per placed output"), t),
+                None => HostTensor::zeros(t.dtype, &t.dims),
+            })
+            .collect()
+    }
+
+    /// The bytes of each place (param `usize::MAX` is the error flag), in one copy.
+    fn read_back(&self, places: &[Place]) -> Result<Vec<Vec<u8>>> {
+        let gpu = &self.gpu;
+        let total: u64 = places.iter().map(|p| p.bytes.next_multiple_of(4)).sum();
+        if total == 0 {
+            gpu.wait()?;
+            return Ok(places.iter().map(|_| Vec::new()).collect());
+        }
+        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("rlx readback"),
+            size: total,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = gpu.device.create_command_encoder(&Default::default());
+        let mut at = 0;
+        for p in places {
+            let src = match p.param {
+                Some(usize::MAX) => self.status.as_ref().expect("a flag to read"),
+                _ => self.buffer(*p),
+            };
+            let n = p.bytes.next_multiple_of(4);
+            if n > 0 {
+                encoder.copy_buffer_to_buffer(src, p.offset, &staging, at, n);
+            }
+            at += n;
+        }
+        gpu.queue.submit([encoder.finish()]);
+        let slice = staging.slice(..);
+        slice.map_async(wgpu::MapMode::Read, |_| {});
+        gpu.wait()?;
+        let mapped = slice.get_mapped_range().map_err(|e| Error::runtime(format!("gpu: mapping the readback: {e}")))?;
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        for p in places {
+            out.push(mapped[at..at + p.bytes as usize].to_vec());
+            at += p.bytes.next_multiple_of(4) as usize;
+        }
+        drop(mapped);
+        staging.unmap();
+        Ok(out)
+    }
+}
+
+fn check_type(leaf: &Leaf, value: &HostTensor) -> Result<()> {
+    if value.dtype() != leaf.dtype || value.dims() != leaf.dims.as_slice() {
+        return Err(Error::internal(format!(
+            "'{}' expects {}, got {}",
+            leaf.name,
+            fmt_type(leaf.dtype, &leaf.dims),
+            fmt_type(value.dtype(), value.dims())
+        )));
+    }
+    Ok(())
+}
+
+/// The dispatches of a step, or `None` when no kernel covers it (or its types).
+fn calls(kernel: &StepKernel, ins: &[Tensor], out: &Tensor, in_place: bool, int64: bool) -> Option<Vec<Call>> {
+    use kernels::{
+        attention, conv, elementwise, gather, kv_cache, layout, loss, matmul, norm, quant, reduce, rope, softmax,
+    };
+    let one = |c: Option<Call>| c.map(|c| vec![c]);
+    let op = match kernel {
+        StepKernel::Region(r) => return one(elementwise::region(r, ins, out, int64)),
+        StepKernel::Op(op) => op,
+        _ => return None,
+    };
+    match op {
+        Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Unary(_) | Op::Cast { .. } => {
+            one(elementwise::single(op, ins, out, int64))
+        }
+        Op::MatMul => one(matmul::matmul(&ins[0], &ins[1], out, int64)),
+        Op::Reduce { op, axes, .. } => one(reduce::reduce(*op, axes, &ins[0], out, int64)),
+        Op::ArgMax { axis, .. } => one(reduce::argmax(*axis, &ins[0], out, int64)),
+        Op::Softmax { axis } => one(softmax::softmax(*axis, false, &ins[0], out)),
+        Op::LogSoftmax { axis } => one(softmax::softmax(*axis, true, &ins[0], out)),
+        Op::LayerNorm { eps, gamma, beta } => one(norm::norm(false, eps.0, *gamma, *beta, &ins[0], out)),
+        Op::RmsNorm { eps, gamma } => one(norm::norm(true, eps.0, *gamma, false, &ins[0], out)),
+        Op::Reshape { .. } => one(Some(layout::copy_flat(ins[0].copy_word()?, out.numel()))),
+        Op::Transpose { perm } => one(layout::transpose(perm, &ins[0], out)),
+        Op::Narrow { axis, start, .. } => one(layout::narrow(*axis, *start, &ins[0], out)),
+        Op::Expand { .. } => one(layout::expand(&ins[0], out)),
+        Op::Concat { axis } => layout::concat(*axis, ins, out),
+        Op::Gather => one(gather::gather(&ins[0], &ins[1], out)),
+        Op::ScatterAdd { .. } => one(gather::scatter_add(&ins[0], &ins[1], out)),
+        Op::CrossEntropy => one(loss::cross_entropy(&ins[0], &ins[1], out)),
+        Op::KvAppend { axis } => {
+            let append = kv_cache::kv_append(*axis, &ins[0], &ins[1], &ins[2])?;
+            let copy = (!in_place).then(|| {
+                let mut c = layout::copy_flat(ins[0].copy_word()?, ins[0].numel());
+                c.operands = vec![(0, c.operands[0].1), (3, c.operands[1].1)];
+                Some(c)
+            });
+            match copy {
+                Some(c) => Some(vec![c?, append]),
+                None => Some(vec![append]),
+            }
+        }
+        Op::Attention { mask, scale } => one(attention::attention(*mask, scale.map(|s| s.0), ins, out)),
+        Op::Rope { style, base, rotary_dims } => one(rope::rope(*style, base.0, *rotary_dims, &ins[0], &ins[1], out)),
+        Op::Conv2d { params, bias } => one(conv::conv2d(params, *bias, ins, out)),
+        Op::MaxPool2d { params } => one(conv::pool(params, None, &ins[0], out)),
+        Op::AvgPool2d { params, count_include_pad } => one(conv::pool(params, Some(*count_include_pad), &ins[0], out)),
+        Op::DequantMatMul { scheme, q8_activations } => {
+            one(quant::dequant_matmul(*scheme, *q8_activations, &ins[0], &ins[1]))
+        }
+        Op::Dequantize { scheme } => one(quant::dequantize(*scheme, &ins[0], out)),
+        Op::Conv2dGradInput { params, .. } => one(conv::conv2d_grad_input(params, &ins[0], &ins[1], out)),
+        Op::Conv2dGradWeight { params, .. } => one(conv::conv2d_grad_weight(params, &ins[0], &ins[1], out)),
+        Op::MaxPool2dGrad { params } => one(conv::max_pool_route(params, false, &ins[0], &ins[1], out)),
+        Op::MaxPool2dSelect { params } => one(conv::max_pool_route(params, true, &ins[0], &ins[1], out)),
+        Op::AvgPool2dGrad { params, count_include_pad, .. } => {
+            one(conv::avg_pool_grad(params, *count_include_pad, &ins[0], out))
+        }
+        // Loops over nested graphs: host fallbacks.
+        Op::Scan { .. } | Op::ScanGrad { .. } => None,
+        Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } => None,
+    }
+}
+
+/// A call's metadata words: each operand's offset in elements of its binding's word, the
+/// item count, the step (for the error flag), a 1.0 no compiler can fold (`opaque`),
+/// then the kernel's own words (read from `K` on).
+fn metadata(call: &Call, places: &[Place], step: usize) -> Result<Vec<u32>> {
+    let mut words = Vec::new();
+    for &(k, word) in &call.operands {
+        let at = places[k].offset;
+        if at % word.bytes() as u64 != 0 {
+            return Err(Error::internal(format!("gpu: operand {k} at byte {at} is not {word:?}-aligned")));
+        }
+        words.push((at / word.bytes() as u64) as u32);
+    }
+    let items = match call.threads {
+        Threads::Items(n) => n as u32,
+        Threads::Groups(_) => 0,
+    };
+    words.extend([items, step as u32 + 1, 1f32.to_bits()]);
+    words.extend(&call.meta);
+    Ok(words)
+}
+
+/// Workgroups of a call: `Items` in groups of 64, spread over y past the per-dimension
+/// limit (the wrapper in `shader` folds the grid back into one index).
+fn workgroups(threads: Threads, max: u32) -> [u32; 3] {
+    match threads {
+        Threads::Items(n) => {
+            let groups = n.div_ceil(64) as u64;
+            let x = groups.min(u64::from(max)).max(1);
+            [x as u32, groups.div_ceil(x) as u32, 1]
+        }
+        Threads::Groups(g) => g,
+    }
+}
+
+/// Bindings, operand offsets, thread wrapper and prelude around a call's body.
+fn shader(call: &Call) -> String {
+    let n = call.operands.len();
+    let mut s = String::from("@group(0) @binding(0) var<storage, read> mt: array<u32>;\n");
+    for (b, (_, word)) in call.operands.iter().enumerate() {
+        let _ = writeln!(s, "@group(0) @binding({}) var<storage, read_write> t{b}: array<{}>;", b + 1, word.wgsl());
+        let _ = writeln!(s, "fn o{b}(i: u32) -> u32 {{ return mt[{b}u] + i; }}");
+    }
+    let _ = writeln!(s, "const K: u32 = {}u;", n + 3);
+    if call.checks {
+        let _ = writeln!(
+            s,
+            "@group(0) @binding({}) var<storage, read_write> status: array<atomic<u32>>;\n\
+             fn fail(at: u32, value: i32) {{\n    loop {{\n        \
+             let r = atomicCompareExchangeWeak(&status[0], 0u, mt[{}u]);\n        \
+             if (r.exchanged) {{ atomicStore(&status[1], at); atomicStore(&status[2], bitcast<u32>(value)); break; }}\n        \
+             if (r.old_value != 0u) {{ break; }}\n    }}\n}}",
+            n + 1,
+            n + 1
+        );
+    } else {
+        s.push_str("fn fail(at: u32, value: i32) {}\n");
+    }
+    if let Threads::Items(_) = call.threads {
+        let _ = writeln!(
+            s,
+            "@compute @workgroup_size(64)\nfn main(@builtin(workgroup_id) wg: vec3<u32>, \
+             @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) li: u32) {{\n    \
+             let i = (wg.y * nwg.x + wg.x) * 64u + li;\n    if (i < mt[{n}u]) {{ item(i); }}\n}}"
+        );
+    }
+    s.push_str(PRELUDE);
+    s.push_str(&call.body);
+    s
+}
