@@ -127,6 +127,9 @@ enum Command {
         plot: Option<PathBuf>,
         #[arg(long)]
         threads: Option<usize>,
+        /// `cpu` or `gpu` (the optimizer runs on the host).
+        #[arg(long, default_value = "cpu")]
+        device: String,
     },
     /// Print the CPU features found, the arm each kernel family uses, and the devices.
     Info,
@@ -213,8 +216,10 @@ fn main() -> ExitCode {
         }
         Command::Demo => demo::demo(),
         Command::Check { graph, backend, json } => check::check(&graph, &backend, json),
-        Command::Train { model, epochs, batch, lr, seed, optimizer, plot, threads } => {
-            train::train(&train::TrainArgs { model, epochs, batch, lr, seed, optimizer, plot, threads })
+        Command::Train { model, epochs, batch, lr, seed, optimizer, plot, threads, device } => {
+            Device::from_name(&device).and_then(|device| {
+                train::train(&train::TrainArgs { model, epochs, batch, lr, seed, optimizer, plot, threads, device })
+            })
         }
         Command::Info => info::info(),
         Command::Bench { what, model, threads, llama_cpp, device } if what == "llm" => {

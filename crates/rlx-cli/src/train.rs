@@ -17,6 +17,7 @@ pub struct TrainArgs {
     pub optimizer: String,
     pub plot: Option<PathBuf>,
     pub threads: Option<usize>,
+    pub device: Device,
 }
 
 fn rule(name: &str) -> Result<Rule> {
@@ -55,6 +56,7 @@ fn digits(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
         lr: args.lr.unwrap_or(base.lr),
         rule: if args.optimizer == "adamw" { base.rule } else { rule(&args.optimizer)? },
         seed: args.seed,
+        device: args.device,
         ..base
     };
     let data = rlx::train::Digits::load()?;
@@ -198,7 +200,7 @@ fn char_model(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
         decay_steps: steps as u64,
         end: lr * 0.05,
     };
-    let mut trainer = Trainer::new(network, batch, rule(&args.optimizer)?, schedule, args.seed, options)?;
+    let mut trainer = Trainer::on(args.device, network, batch, rule(&args.optimizer)?, schedule, args.seed, options)?;
     let mut rng = rlx::train::Rng::new(args.seed);
     let pb = bar(steps);
     let start = std::time::Instant::now();

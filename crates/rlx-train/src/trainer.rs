@@ -28,8 +28,22 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A trainer for `network` with batches of `batch`, params initialized from `seed`.
+    /// A trainer for `network` with batches of `batch`, params initialized from `seed`,
+    /// on the CPU.
     pub fn new(
+        network: Network,
+        batch: usize,
+        rule: Rule,
+        schedule: Schedule,
+        seed: u64,
+        options: &CompileOptions,
+    ) -> Result<Trainer> {
+        Trainer::on(Device::Cpu, network, batch, rule, schedule, seed, options)
+    }
+
+    /// [`Trainer::new`] with the steps compiled for `device`.
+    pub fn on(
+        device: Device,
         network: Network,
         batch: usize,
         rule: Rule,
@@ -40,7 +54,7 @@ impl Trainer {
         if batch == 0 {
             return Err(rlx_ir::Error::input("the batch size must be at least 1"));
         }
-        let session = Session::new(Device::Cpu)?;
+        let session = Session::new(device)?;
         let names: Vec<&str> = network.params.iter().map(|p| p.name.as_str()).collect();
         let grad = grad_with_loss(&network.graph(batch)?, &names)?;
         let step = session.compile_with(&with_half_params(&grad, options)?, options)?;

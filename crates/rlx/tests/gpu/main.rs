@@ -241,3 +241,26 @@ fn software_adapters_are_never_the_fastest_device() {
         assert_eq!(fastest_device() == Device::Gpu, !software);
     }
 }
+
+/// The digits MLP trained for two epochs on the GPU and on the CPU, from the same seed
+/// and batches: per-step losses agree to rounding, and so does held-out accuracy.
+#[test]
+fn training_on_the_gpu_tracks_the_cpu() {
+    if !gpu_or_skip("training_on_the_gpu_tracks_the_cpu") {
+        return;
+    }
+    use rlx::train::{RunConfig, mlp, train_digits};
+    let run = |device| {
+        let cfg = RunConfig { epochs: 2, device, ..RunConfig::mlp() };
+        train_digits(mlp(64), &cfg, &CompileOptions::default(), |_, _, _| {}, |_| {}).unwrap().1
+    };
+    let (cpu, gpu) = (run(Device::Cpu), run(Device::Gpu));
+    for (c, g) in cpu.iter().zip(&gpu) {
+        // Rounding differences compound over the steps; early ones must agree closely.
+        for (step, (a, b)) in c.step_losses.iter().zip(&g.step_losses).take(20).enumerate() {
+            assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "epoch {} step {step}: cpu {a}, gpu {b}", c.epoch);
+        }
+        let (a, b) = (c.held_out_accuracy, g.held_out_accuracy);
+        assert!((a - b).abs() <= 0.01, "epoch {}: held-out accuracy cpu {a}, gpu {b}", c.epoch);
+    }
+}
