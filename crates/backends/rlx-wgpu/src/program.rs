@@ -653,7 +653,7 @@ fn metadata(call: &Call, places: &[Place], step: usize) -> Result<Vec<u32>> {
     let mut words = Vec::new();
     for &(k, word) in &call.operands {
         let at = places[k].offset;
-        if at % word.bytes() as u64 != 0 {
+        if !at.is_multiple_of(word.bytes() as u64) {
             return Err(Error::internal(format!("gpu: operand {k} at byte {at} is not {word:?}-aligned")));
         }
         words.push((at / word.bytes() as u64) as u32);
