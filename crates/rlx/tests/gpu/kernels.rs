@@ -158,3 +158,52 @@ fn attention_over_long_contexts() {
         check(&case);
     }
 }
+
+/// Random elementwise programs (unary, binary, compare, where, casts between f32, f16 and
+/// bf16, broadcast operands), fused into generated regions on the GPU and run unfused
+/// on the CPU: every region instruction's dtype and rounding, every broadcast index.
+#[test]
+fn random_elementwise_regions() {
+    if !gpu_or_skip("random_elementwise_regions") {
+        return;
+    }
+    const UNARY: [Unary; 8] =
+        [Unary::Tanh, Unary::Sigmoid, Unary::Neg, Unary::Abs, Unary::Silu, Unary::Exp, Unary::Sin, Unary::Gelu];
+    const BINARY: [BinaryOp; 5] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Max, BinaryOp::Min];
+    const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+    let mut rng = rlx_oracle::Rng::new(2026);
+    let mut pick = |n: usize| rng.int(0, n as i64 - 1) as usize;
+    for case in 0..24 {
+        let mut g = Graph::new(&format!("region_{case}"));
+        let dtype = FLOATS[pick(3)];
+        let x = g.input("x", dtype, &[7, 1, 13]).unwrap();
+        let y = g.input("y", dtype, &[5, 13]).unwrap();
+        let z = g.input("z", dtype, &[1]).unwrap();
+        let mut values = vec![x, y, z];
+        let depth = 3 + pick(10);
+        for _ in 0..depth {
+            let a = values[pick(values.len())];
+            let b = values[pick(values.len())];
+            let (da, db) = (g.dtype(a), g.dtype(b));
+            let b = if da == db { b } else { g.cast(b, da).unwrap() };
+            let next = match pick(5) {
+                0 => g.unary(UNARY[pick(UNARY.len())], a).unwrap(),
+                1 | 2 => g.binary(BINARY[pick(BINARY.len())], a, b).unwrap(),
+                3 => {
+                    let c = g.compare(CompareOp::Lt, a, b).unwrap();
+                    g.where_(c, a, b).unwrap()
+                }
+                _ => g.cast(a, FLOATS[pick(3)]).unwrap(),
+            };
+            values.push(next);
+        }
+        let last = *values.last().unwrap();
+        let out = g.cast(last, DType::F32).unwrap();
+        g.set_outputs(&[out]).unwrap();
+        let case = Case::new(&format!("region_{case}"), g, depth + 1, 100 + case, -2.0, 2.0, 1).unwrap();
+        let cpu = run_on(Device::Cpu, &case, &CompileOptions { fusion: false, ..CompileOptions::default() }).unwrap();
+        let gpu = run_on(Device::Gpu, &case, &CompileOptions::default()).unwrap();
+        let u = rlx_corpus::narrowest_unit_roundoff(&case.graph);
+        compare(&case, &cpu, &gpu, (u, magnitude(&case))).unwrap();
+    }
+}
