@@ -131,6 +131,24 @@ impl ParamBuffer {
         matches!(self.0.storage, Storage::Borrowed { .. })
     }
 
+    /// Whether this buffer can be bound as param `name` of `dtype` and `dims`, which a
+    /// program writes in place when `written` (a cache cannot borrow read-only bytes).
+    pub fn check_binds(&self, name: &str, dtype: DType, dims: &[usize], written: bool) -> Result<()> {
+        if self.0.dtype != dtype || self.0.dims != dims {
+            return Err(Error::input(format!(
+                "param '{name}' expects {}, the buffer holds {}",
+                fmt_type(dtype, dims),
+                fmt_type(self.0.dtype, &self.0.dims)
+            )));
+        }
+        if written && self.is_borrowed() {
+            return Err(Error::input(format!(
+                "param '{name}' is a cache this program writes in place; it cannot borrow read-only bytes"
+            )));
+        }
+        Ok(())
+    }
+
     /// An identity of the storage, equal for every clone and unique among live buffers
     /// (another backend keys its device copy of a shared buffer by it).
     pub fn id(&self) -> usize {

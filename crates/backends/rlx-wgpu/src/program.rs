@@ -414,20 +414,7 @@ impl GpuProgram {
     /// The device copy, not the host buffer, then holds a cache's state.
     pub fn bind_param(&mut self, index: usize, buffer: &rlx_cpu::ParamBuffer) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
-        if buffer.dtype() != leaf.dtype || buffer.dims() != leaf.dims.as_slice() {
-            return Err(Error::input(format!(
-                "param '{}' expects {}, the buffer holds {}",
-                leaf.name,
-                fmt_type(leaf.dtype, &leaf.dims),
-                fmt_type(buffer.dtype(), buffer.dims())
-            )));
-        }
-        if self.param_written[index] && buffer.is_borrowed() {
-            return Err(Error::input(format!(
-                "param '{}' is a cache this program writes in place; it cannot borrow read-only bytes",
-                leaf.name
-            )));
-        }
+        buffer.check_binds(&leaf.name, leaf.dtype, &leaf.dims, self.param_written[index])?;
         if leaf.place.is_some() {
             let elem_bytes = leaf.elem_bytes;
             let shared = self

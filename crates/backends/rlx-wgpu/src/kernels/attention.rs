@@ -11,7 +11,7 @@ const CHUNK: usize = 256;
 /// Output columns per thread: `dv` up to 256.
 const OUTS_PER_THREAD: usize = 4;
 
-use super::{Call, IDX64, Tensor, Threads, Word, index_expr, store_round, strides, u32s};
+use super::{Call, IDX64, Tensor, Word, index_expr, store_round, strides, u32s};
 use rlx_ir::MaskKind;
 
 pub fn attention(mask: MaskKind, scale: Option<f32>, ins: &[Tensor], out: &Tensor) -> Option<Call> {
@@ -134,5 +134,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 }}
 "#
     );
-    Some(Call { operands, body, meta, threads: Threads::Groups([sq as u32, hq as u32, b as u32]), checks })
+    let call = Call::groups(operands, body, meta, [sq as u32, hq as u32, b as u32]);
+    Some(if checks { call.checking() } else { call })
 }

@@ -3,7 +3,7 @@
 //! with respect to an input position gathers from the output positions whose windows
 //! cover it (no float atomics), so each element is one thread's sum.
 
-use super::{Call, Tensor, Threads, Word, store_round, u32s};
+use super::{Call, Tensor, Word, store_round, u32s};
 use rlx_ir::{Conv2dParams, PoolParams};
 
 /// meta: n c h w (the input) | o oh ow (the output) | kh kw | stride y x | dilation y x |
@@ -113,7 +113,7 @@ pub fn conv2d(p: &Conv2dParams, bias: bool, ins: &[Tensor], out: &Tensor) -> Opt
 "#
     );
     let operands = (0..=ins.len()).map(|k| (k, Word::F32)).collect();
-    Some(Call { operands, body, meta, threads: Threads::Items(out.numel()), checks: false })
+    Some(Call::items(operands, body, meta, out.numel()))
 }
 
 /// Max pooling (`avg` None: padding is -inf, NaN propagates) or average pooling
@@ -148,13 +148,7 @@ pub fn pool(p: &PoolParams, avg: Option<bool>, x: &Tensor, out: &Tensor) -> Opti
 }}
 "#
     );
-    Some(Call {
-        operands: vec![(0, Word::F32), (1, Word::F32)],
-        body,
-        meta,
-        threads: Threads::Items(out.numel()),
-        checks: false,
-    })
+    Some(Call::items(vec![(0, Word::F32), (1, Word::F32)], body, meta, out.numel()))
 }
 
 /// `[g, w]` -> dx: every output position and tap that reads input `(iy, ix)`.
@@ -188,7 +182,7 @@ pub fn conv2d_grad_input(p: &Conv2dParams, g: &Tensor, w: &Tensor, dx: &Tensor) 
 "#
     );
     let operands = vec![(0, Word::F32), (1, Word::F32), (2, Word::F32)];
-    Some(Call { operands, body, meta, threads: Threads::Items(dx.numel()), checks: false })
+    Some(Call::items(operands, body, meta, dx.numel()))
 }
 
 /// `[x, g]` -> dw `[o, c / groups, kh, kw]`: the sum over batch and output positions.
@@ -231,7 +225,7 @@ pub fn conv2d_grad_weight(p: &Conv2dParams, x: &Tensor, g: &Tensor, dw: &Tensor)
 "#
     );
     let operands = vec![(0, Word::F32), (1, Word::F32), (2, Word::F32)];
-    Some(Call { operands, body, meta, threads: Threads::Items(dw.numel()), checks: false })
+    Some(Call::items(operands, body, meta, dw.numel()))
 }
 
 /// The first maximum of window `(b, ch, y, x)` of binding 0 (NaN counts as the maximum),
@@ -299,7 +293,7 @@ pub fn max_pool_route(p: &PoolParams, select: bool, x: &Tensor, g: &Tensor, out:
         )
     };
     let operands = vec![(0, Word::F32), (1, Word::F32), (2, Word::F32)];
-    Some(Call { operands, body, meta, threads: Threads::Items(out.numel()), checks: false })
+    Some(Call::items(operands, body, meta, out.numel()))
 }
 
 /// `[g]` -> dx: each window's `g / divisor` at every in-range position it covers.
@@ -337,11 +331,5 @@ fn item(i: u32) {{
 }}
 "#
     );
-    Some(Call {
-        operands: vec![(0, Word::F32), (1, Word::F32)],
-        body,
-        meta,
-        threads: Threads::Items(dx.numel()),
-        checks: false,
-    })
+    Some(Call::items(vec![(0, Word::F32), (1, Word::F32)], body, meta, dx.numel()))
 }

@@ -3,7 +3,7 @@
 //! output element, one register per instruction, every result rounded to its dtype as
 //! the reference semantics (`rlx_ir::ops::elementwise`) and the CPU's region evaluator do.
 
-use super::{Call, Tensor, Threads, store_round, strides, u32s};
+use super::{Call, Tensor, store_round, strides, u32s};
 use rlx_compile::{Region, RegionOp};
 use rlx_ir::{BinaryOp, CompareOp, DType, Op, Unary};
 use std::fmt::Write;
@@ -97,7 +97,7 @@ pub fn region(region: &Region, ins: &[Tensor], out: &Tensor, int64: bool) -> Opt
         format!("{}(r{result})", out_word.wgsl())
     };
     let _ = writeln!(body, "    t{n}[o{n}(i)] = {value};\n}}", n = ins.len());
-    Some(Call { operands, body, meta, threads: Threads::Items(out.numel()), checks: false })
+    Some(Call::items(operands, body, meta, out.numel()))
 }
 
 fn compare(c: CompareOp) -> &'static str {

@@ -1,7 +1,7 @@
 //! Gather (embedding rows) and its transpose, scatter-add. An index outside the table
 //! sets the error flag (the CPU's message), never a wrap or a clamp.
 
-use super::{Call, IDX64, Tensor, Threads, index_expr, u32s};
+use super::{Call, IDX64, Tensor, index_expr, u32s};
 
 /// `out[i..] = table[indices[i..]]`; an index outside the table sets the error flag.
 pub fn gather(table: &Tensor, index: &Tensor, out: &Tensor) -> Option<Call> {
@@ -21,13 +21,15 @@ pub fn gather(table: &Tensor, index: &Tensor, out: &Tensor) -> Option<Call> {
 ",
         ix = index_expr(iw, 1, "at")
     );
-    Some(Call {
-        operands: vec![(0, word), (1, iw), (2, word)],
-        body,
-        meta: u32s([row.max(1), rows]),
-        threads: Threads::Items(if row == 0 { 0 } else { out.numel() }),
-        checks: true,
-    })
+    Some(
+        Call::items(
+            vec![(0, word), (1, iw), (2, word)],
+            body,
+            u32s([row.max(1), rows]),
+            if row == 0 { 0 } else { out.numel() },
+        )
+        .checking(),
+    )
 }
 
 /// `[indices, updates]` -> `[rows, ...]`: zeros plus each update row at its index, added
@@ -57,11 +59,7 @@ pub fn scatter_add(index: &Tensor, updates: &Tensor, out: &Tensor) -> Option<Cal
 ",
         ix = index_expr(iw, 0, "p")
     );
-    Some(Call {
-        operands: vec![(0, iw), (1, word), (2, word)],
-        body,
-        meta: u32s([row.max(1), rows, count]),
-        threads: Threads::Items(out.numel()),
-        checks: true,
-    })
+    Some(
+        Call::items(vec![(0, iw), (1, word), (2, word)], body, u32s([row.max(1), rows, count]), out.numel()).checking(),
+    )
 }

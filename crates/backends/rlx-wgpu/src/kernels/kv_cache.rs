@@ -1,6 +1,6 @@
 //! KV-cache append: the new rows written at a position read at run time.
 
-use super::{Call, IDX64, Tensor, Threads, index_expr, u32s};
+use super::{Call, IDX64, Tensor, index_expr, u32s};
 
 /// `new` written into `out` (already holding the cache) at `pos` along `axis`; a `pos`
 /// that does not fit sets the error flag and writes nothing.
@@ -23,11 +23,5 @@ pub fn kv_append(axis: usize, cache: &Tensor, new: &Tensor, pos: &Tensor) -> Opt
 ",
         p = index_expr(pw, 1, "0u")
     );
-    Some(Call {
-        operands: vec![(1, word), (2, pw), (3, word)],
-        body,
-        meta: u32s([s, l, inner.max(1)]),
-        threads: Threads::Items(new.numel()),
-        checks: true,
-    })
+    Some(Call::items(vec![(1, word), (2, pw), (3, word)], body, u32s([s, l, inner.max(1)]), new.numel()).checking())
 }

@@ -2,7 +2,7 @@
 //! cache copied before its append), gather and kv_append. Elements move as raw words
 //! (one or two u32 per element), so every dtype the arena holds moves the same way.
 
-use super::{Call, Tensor, Threads, Word, strides, u32s};
+use super::{Call, Tensor, Word, strides, u32s};
 
 /// Copies the index space `dims` from `src[src_base + sum c * src_strides]` to
 /// `dst[dst_base + sum c * dst_strides]`; operands (src position, dst position).
@@ -34,13 +34,7 @@ pub fn copy_nd(
 }
 "
     .to_string();
-    Call {
-        operands: vec![(src, word), (dst, word)],
-        body,
-        meta,
-        threads: Threads::Items(dims.iter().product()),
-        checks: false,
-    }
+    Call::items(vec![(src, word), (dst, word)], body, meta, dims.iter().product())
 }
 
 /// A contiguous copy of `n` elements.

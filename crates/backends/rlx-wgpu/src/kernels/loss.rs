@@ -2,7 +2,7 @@
 //! around the row maximum minus the label's logit), then thread 0 adds the 256 partial
 //! sums in order and divides by the row count (NaN for none, as the reference says).
 
-use super::{Call, IDX64, Tensor, Threads, Word, index_expr, store_round, u32s};
+use super::{Call, IDX64, Tensor, Word, index_expr, store_round, u32s};
 
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor, out: &Tensor) -> Option<Call> {
     if logits.compute_word(false)? != Word::F32 {
@@ -38,11 +38,5 @@ fn main(@builtin(local_invocation_index) li: u32) {{
 ",
         label = index_expr(lw, 1, "i")
     );
-    Some(Call {
-        operands: vec![(0, Word::F32), (1, lw), (2, Word::F32)],
-        body,
-        meta: u32s([n, c]),
-        threads: Threads::Groups([1, 1, 1]),
-        checks: true,
-    })
+    Some(Call::groups(vec![(0, Word::F32), (1, lw), (2, Word::F32)], body, u32s([n, c]), [1, 1, 1]).checking())
 }

@@ -5,7 +5,7 @@
 //! compute type (f32 for f32/f16/bf16, wrapping i32 / i64 for integers) and rounds once
 //! on store, as the CPU's GEMMs do.
 
-use super::{Call, Tensor, Threads, store_round, strides, u32s};
+use super::{Call, Tensor, store_round, strides, u32s};
 
 const TILE: usize = 64;
 
@@ -91,11 +91,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 "#
     );
     let groups = [n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, batch as u32];
-    Some(Call {
-        operands: vec![(0, wa), (1, wb), (2, wo)],
-        body,
-        meta,
-        threads: Threads::Groups(groups),
-        checks: false,
-    })
+    Some(Call::groups(vec![(0, wa), (1, wb), (2, wo)], body, meta, groups))
 }

@@ -141,6 +141,23 @@ pub struct Call {
     pub checks: bool,
 }
 
+impl Call {
+    /// `n` independent items (the body defines `fn item(i: u32)`).
+    pub fn items(operands: Vec<(usize, Word)>, body: String, meta: Vec<u32>, n: usize) -> Call {
+        Call { operands, body, meta, threads: Threads::Items(n), checks: false }
+    }
+
+    /// Explicit workgroups (the body defines `main`).
+    pub fn groups(operands: Vec<(usize, Word)>, body: String, meta: Vec<u32>, groups: [u32; 3]) -> Call {
+        Call { operands, body, meta, threads: Threads::Groups(groups), checks: false }
+    }
+
+    /// This call with the error flag bound (its body calls `fail`).
+    pub fn checking(self) -> Call {
+        Call { checks: true, ..self }
+    }
+}
+
 pub fn u32s(values: impl IntoIterator<Item = usize>) -> Vec<u32> {
     values.into_iter().map(|v| v as u32).collect()
 }

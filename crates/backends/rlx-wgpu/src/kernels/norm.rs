@@ -1,6 +1,6 @@
 //! LayerNorm and RmsNorm over the last axis: one thread per row.
 
-use super::{Call, Tensor, Threads, Word, store_round};
+use super::{Call, Tensor, Word, store_round};
 
 /// LayerNorm (`rms` false) or RmsNorm over the last axis; operands x, gamma?, beta?.
 pub fn norm(rms: bool, eps: f32, gamma: bool, beta: bool, x: &Tensor, out: &Tensor) -> Option<Call> {
@@ -34,5 +34,5 @@ pub fn norm(rms: bool, eps: f32, gamma: bool, beta: bool, x: &Tensor, out: &Tens
 "#
     );
     let operands = (0..=n_in).map(|k| (k, Word::F32)).collect();
-    Some(Call { operands, body, meta: vec![h as u32, eps.to_bits()], threads: Threads::Items(rows), checks: false })
+    Some(Call::items(operands, body, vec![h as u32, eps.to_bits()], rows))
 }

@@ -4,7 +4,7 @@
 //! staged 32-value block once, as the reference does (scale `max|x| / 127`, round half
 //! away from zero), taking integer dots scaled per block.
 
-use super::{Call, Tensor, Threads, Word, u32s};
+use super::{Call, Tensor, Word, u32s};
 use rlx_ir::QuantScheme;
 
 /// The block decoder over weight binding `tW` (its number substituted by [`decoder`]).
@@ -196,13 +196,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 "#,
         staged = ROWS * CHUNK,
     );
-    Some(Call {
-        operands: vec![(0, Word::F32), (1, Word::U32), (2, Word::F32)],
+    Some(Call::groups(
+        vec![(0, Word::F32), (1, Word::U32), (2, Word::F32)],
         body,
         meta,
-        threads: Threads::Groups([n.div_ceil(64) as u32, m.div_ceil(ROWS) as u32, 1]),
-        checks: false,
-    })
+        [n.div_ceil(64) as u32, m.div_ceil(ROWS) as u32, 1],
+    ))
 }
 
 /// Rows of `w` decoded to f32 `[n, k]`.
@@ -223,11 +222,5 @@ pub fn dequantize(scheme: QuantScheme, w: &Tensor, out: &Tensor) -> Option<Call>
 "#,
         decode = decoder(0)
     );
-    Some(Call {
-        operands: vec![(0, Word::U32), (1, Word::F32)],
-        body,
-        meta,
-        threads: Threads::Items(out.numel()),
-        checks: false,
-    })
+    Some(Call::items(vec![(0, Word::U32), (1, Word::F32)], body, meta, out.numel()))
 }

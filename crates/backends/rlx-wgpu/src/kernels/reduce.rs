@@ -1,7 +1,7 @@
 //! Reductions and argmax: one thread per output element, looping over the reduced
 //! extent in row-major order in the compute type, as `rlx_ir::ops::reduce` describes.
 
-use super::{Call, Tensor, Threads, Word, store_round, strides, u32s};
+use super::{Call, Tensor, Word, store_round, strides, u32s};
 use rlx_ir::ReduceOp;
 
 /// `x` viewed as `[outer, len, inner]` around `axis`.
@@ -70,7 +70,7 @@ pub fn reduce(op: ReduceOp, axes: &[usize], x: &Tensor, out: &Tensor, int64: boo
 }}
 "#
     );
-    Some(Call { operands: vec![(0, wx), (1, wo)], body, meta, threads: Threads::Items(out.numel()), checks: false })
+    Some(Call::items(vec![(0, wx), (1, wo)], body, meta, out.numel()))
 }
 
 /// First maximum along `axis` (a NaN is the maximum, the first NaN wins), as i64.
@@ -97,11 +97,5 @@ pub fn argmax(axis: usize, x: &Tensor, out: &Tensor, int64: bool) -> Option<Call
 }}
 "#
     );
-    Some(Call {
-        operands: vec![(0, wx), (1, Word::U32x2)],
-        body,
-        meta: u32s([len, inner]),
-        threads: Threads::Items(outer * inner),
-        checks: false,
-    })
+    Some(Call::items(vec![(0, wx), (1, Word::U32x2)], body, u32s([len, inner]), outer * inner))
 }

@@ -4,7 +4,7 @@
 //! (2e-4 rad at position 2000); sine and cosine are polynomials on the remaining quarter
 //! turn.
 
-use super::{Call, Tensor, Threads, Word, store_round, u32s};
+use super::{Call, Tensor, Word, store_round, u32s};
 use rlx_ir::RopeStyle;
 
 /// Per rotary pair, `base^(-2p / r) / 2 pi` turns as a 64-bit fraction (high, low words).
@@ -98,11 +98,5 @@ fn item(i: u32) {{
 }}
 "#
     );
-    Some(Call {
-        operands: vec![(0, Word::F32), (1, pw), (2, Word::F32)],
-        body,
-        meta,
-        threads: Threads::Items(x.numel()),
-        checks: false,
-    })
+    Some(Call::items(vec![(0, Word::F32), (1, pw), (2, Word::F32)], body, meta, x.numel()))
 }

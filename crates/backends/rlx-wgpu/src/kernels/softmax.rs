@@ -1,7 +1,7 @@
 //! Softmax and log-softmax along an axis: one thread per row, around the row maximum.
 
 use super::reduce::around;
-use super::{Call, Tensor, Threads, Word, store_round, u32s};
+use super::{Call, Tensor, Word, store_round, u32s};
 
 pub fn softmax(axis: usize, log: bool, x: &Tensor, out: &Tensor) -> Option<Call> {
     if x.compute_word(false)? != Word::F32 {
@@ -27,11 +27,5 @@ pub fn softmax(axis: usize, log: bool, x: &Tensor, out: &Tensor) -> Option<Call>
 }}
 "#
     );
-    Some(Call {
-        operands: vec![(0, Word::F32), (1, Word::F32)],
-        body,
-        meta: u32s([len, inner]),
-        threads: Threads::Items(outer * inner),
-        checks: false,
-    })
+    Some(Call::items(vec![(0, Word::F32), (1, Word::F32)], body, u32s([len, inner]), outer * inner))
 }
