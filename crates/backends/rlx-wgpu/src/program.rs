@@ -474,8 +474,8 @@ impl GpuProgram {
                 Action::Host { step, ins, out } => {
                     drop(pass);
                     gpu.queue.submit([encoder.finish()]);
-                    let places: Vec<Place> = ins.iter().map(|(p, _)| *p).collect();
-                    let bytes = self.read_back(&places)?;
+                    let regions: Vec<_> = ins.iter().map(|(p, _)| self.region(*p)).collect();
+                    let bytes = read_back(&gpu, &regions)?;
                     let values =
                         bytes.iter().zip(ins).map(|(b, (_, t))| from_words(b, t)).collect::<Result<Vec<_>>>()?;
                     let refs: Vec<&HostTensor> = values.iter().collect();
@@ -488,11 +488,9 @@ impl GpuProgram {
         }
         drop(pass);
         gpu.queue.submit([encoder.finish()]);
-        let mut places: Vec<Place> = self.outputs.iter().filter_map(|(p, _)| *p).collect();
-        if self.status.is_some() {
-            places.push(Place { param: Some(usize::MAX), offset: 0, bytes: 12 });
-        }
-        let mut bytes = self.read_back(&places)?;
+        let mut regions: Vec<_> = self.outputs.iter().filter_map(|(p, _)| p.map(|p| self.region(p))).collect();
+        regions.extend(self.status.as_ref().map(|s| (s, 0, 12)));
+        let mut bytes = read_back(&gpu, &regions)?;
         if self.status.is_some() {
             let flag = bytes.pop().expect("the flag was read");
             let word = |k: usize| u32::from_le_bytes([flag[4 * k], flag[4 * k + 1], flag[4 * k + 2], flag[4 * k + 3]]);
@@ -513,48 +511,48 @@ impl GpuProgram {
             .collect()
     }
 
-    /// The bytes of each place (param `usize::MAX` is the error flag), in one copy.
-    fn read_back(&self, places: &[Place]) -> Result<Vec<Vec<u8>>> {
-        let gpu = &self.gpu;
-        let total: u64 = places.iter().map(|p| p.bytes.next_multiple_of(4)).sum();
-        if total == 0 {
-            gpu.wait()?;
-            return Ok(places.iter().map(|_| Vec::new()).collect());
-        }
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("rlx readback"),
-            size: total,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut encoder = gpu.device.create_command_encoder(&Default::default());
-        let mut at = 0;
-        for p in places {
-            let src = match p.param {
-                Some(usize::MAX) => self.status.as_ref().expect("a flag to read"),
-                _ => self.buffer(*p),
-            };
-            let n = p.bytes.next_multiple_of(4);
-            if n > 0 {
-                encoder.copy_buffer_to_buffer(src, p.offset, &staging, at, n);
-            }
-            at += n;
-        }
-        gpu.queue.submit([encoder.finish()]);
-        let slice = staging.slice(..);
-        slice.map_async(wgpu::MapMode::Read, |_| {});
-        gpu.wait()?;
-        let mapped = slice.get_mapped_range().map_err(|e| Error::runtime(format!("gpu: mapping the readback: {e}")))?;
-        let mut out = Vec::new();
-        let mut at = 0usize;
-        for p in places {
-            out.push(mapped[at..at + p.bytes as usize].to_vec());
-            at += p.bytes.next_multiple_of(4) as usize;
-        }
-        drop(mapped);
-        staging.unmap();
-        Ok(out)
+    /// The buffer, byte offset and length of a place.
+    fn region(&self, p: Place) -> (&wgpu::Buffer, u64, u64) {
+        (self.buffer(p), p.offset, p.bytes)
     }
+}
+
+/// The bytes of each (buffer, offset, length) region, in one copy and one wait.
+fn read_back(gpu: &Gpu, regions: &[(&wgpu::Buffer, u64, u64)]) -> Result<Vec<Vec<u8>>> {
+    let total: u64 = regions.iter().map(|r| r.2.next_multiple_of(4)).sum();
+    if total == 0 {
+        gpu.wait()?;
+        return Ok(regions.iter().map(|_| Vec::new()).collect());
+    }
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("rlx readback"),
+        size: total,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut encoder = gpu.device.create_command_encoder(&Default::default());
+    let mut at = 0;
+    for &(buffer, offset, bytes) in regions {
+        let n = bytes.next_multiple_of(4);
+        if n > 0 {
+            encoder.copy_buffer_to_buffer(buffer, offset, &staging, at, n);
+        }
+        at += n;
+    }
+    gpu.queue.submit([encoder.finish()]);
+    let slice = staging.slice(..);
+    slice.map_async(wgpu::MapMode::Read, |_| {});
+    gpu.wait()?;
+    let mapped = slice.get_mapped_range().map_err(|e| Error::runtime(format!("gpu: mapping the readback: {e}")))?;
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    for &(_, _, bytes) in regions {
+        out.push(mapped[at..at + bytes as usize].to_vec());
+        at += bytes.next_multiple_of(4) as usize;
+    }
+    drop(mapped);
+    staging.unmap();
+    Ok(out)
 }
 
 fn check_type(leaf: &Leaf, value: &HostTensor) -> Result<()> {
