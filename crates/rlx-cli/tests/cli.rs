@@ -360,3 +360,38 @@ fn train_reports_epochs_and_writes_the_loss_curve() {
         assert!(!o.status.success() && stderr(&o).lines().count() == 1, "{bad:?}: {}", stderr(&o));
     }
 }
+
+/// `rlx check --backend gpu` lists the steps that run on the host; `rlx run --device gpu`
+/// computes what the CPU does. Without a usable GPU the list is "unknown" (and the run
+/// fails with the reason), unless RLX_REQUIRE_DEVICE=1.
+#[test]
+fn gpu_backend_from_the_command_line() {
+    let dir = scratch("gpu");
+    let mut g = Graph::new("fallback");
+    let x = g.input("x", DType::F32, &[4]).unwrap();
+    let wide = g.cast(x, DType::F64).unwrap();
+    let sq = g.mul(wide, wide).unwrap();
+    let y = g.cast(sq, DType::F32).unwrap();
+    let y = g.add(y, x).unwrap();
+    g.set_outputs(&[y]).unwrap();
+    let path = dir.join("fallback.json");
+    std::fs::write(&path, g.to_json().unwrap()).unwrap();
+    let o = rlx(&["check", path.to_str().unwrap(), "--backend", "gpu", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(doc["backend"], "gpu");
+    assert_eq!(doc["budget"]["width_policy"], "Words32");
+    let required = std::env::var("RLX_REQUIRE_DEVICE").is_ok_and(|v| v == "1");
+    match doc["host_fallbacks"].as_array() {
+        Some(list) => {
+            assert_eq!(list.len(), 3, "{list:?}");
+            assert!(list.iter().any(|f| f.as_str().unwrap().contains("mul")), "{list:?}");
+            let x = dir.join("x.npy");
+            rlx::io::save_npy(&x, &HostTensor::from_f32(&[4], &[1.0, -2.0, 0.5, 3.0]).unwrap()).unwrap();
+            let o = rlx(&["run", path.to_str().unwrap(), "--device", "gpu", "--input", &format!("x={}", x.display())]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            assert!(stdout(&o).contains("[2, 2, 0.75, 12]"), "{}", stdout(&o));
+        }
+        None => assert!(!required && doc["host_fallbacks"]["unknown"].is_string(), "{doc}"),
+    }
+}

@@ -207,3 +207,28 @@ fn random_elementwise_regions() {
         compare(&case, &cpu, &gpu, (u, magnitude(&case))).unwrap();
     }
 }
+
+/// Steps without a GPU kernel (f64 arithmetic here) run on the host between kernels,
+/// are listed by name, and the results match the CPU's.
+#[test]
+fn host_fallbacks_run_between_kernels() {
+    if !gpu_or_skip("host_fallbacks_run_between_kernels") {
+        return;
+    }
+    let mut g = Graph::new("fallback");
+    let x = g.input("x", DType::F32, &[3, 17]).unwrap();
+    let t = g.unary(Unary::Tanh, x).unwrap();
+    let wide = g.cast(t, DType::F64).unwrap();
+    let sq = g.mul(wide, wide).unwrap();
+    let back = g.cast(sq, DType::F32).unwrap();
+    let y = g.add(back, x).unwrap();
+    g.set_outputs(&[y]).unwrap();
+    let fallbacks = rlx::runtime::gpu::host_fallbacks(&g, &CompileOptions::default()).unwrap();
+    assert_eq!(fallbacks.len(), 3, "{fallbacks:?}");
+    assert!(fallbacks.iter().any(|f| f.contains("mul") && f.contains("f64[3,17]")), "{fallbacks:?}");
+    let case = Case::new("fallback", g, 3, 12, -1.0, 1.0, 1).unwrap();
+    let options = CompileOptions::default();
+    let cpu = run_on(Device::Cpu, &case, &options).unwrap();
+    let gpu = run_on(Device::Gpu, &case, &options).unwrap();
+    compare(&case, &cpu, &gpu, (f32::EPSILON as f64 / 2.0, magnitude(&case))).unwrap();
+}
