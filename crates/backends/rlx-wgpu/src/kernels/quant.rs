@@ -111,24 +111,32 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
     let n = w.dims[0];
     let m = x.numel().checked_div(k).unwrap_or(0);
     let meta = u32s([k, n, w.dims[1], m, scheme.block_bytes()]);
-    // Per (row, block) of a pass: float, the block's sum of x (for Q4_1's min); q8, the
-    // quantized values, the scale and scale * sum of the quantized values.
-    let (stats, dot) = if q8 {
+    let staged = ROWS * CHUNK;
+    // Each pass, thread `li` summarizes (row li / 8, block li % 8). Float: the pass's x
+    // staged in shared memory, and each block's sum (for Q4_1's min). q8: the block
+    // quantized straight from memory (shared memory holds only the 8-bit values as i32,
+    // scales and sums: 8.5 KiB, inside WebGPU's 16 KiB floor).
+    let (shared, stage, dot) = if q8 {
         (
-            "var amax = 0.0;
+            format!("var<workgroup> qs: array<i32, {staged}>;\nvar<workgroup> scale: array<f32, 64>;\n"),
+            "let valid = li / 8u < rows && li % 8u < nb;
+            let src = (r0 + li / 8u) * k + k0 + (li % 8u) * 32u;
+            var amax = 0.0;
             for (var j = 0u; j < 32u; j++) {
-                let v = xs[base + j];
+                var v = 0.0;
+                if (valid) { v = t0[o0(src + j)]; }
                 if (abs(v) > amax || is_nan(v)) { amax = abs(v); }
             }
             let dx = amax / 127.0;
             let inv = select(0.0, 1.0 / dx, dx != 0.0);
             var qsum = 0;
             for (var j = 0u; j < 32u; j++) {
-                let v = xs[base + j] * inv;
-                var r = trunc(v);
-                if (abs(v - r) >= 0.5) { r += sign(v); }
-                qs[base + j] = i32(r);
-                qsum += i32(r);
+                var v = 0.0;
+                if (valid) { v = t0[o0(src + j)] * inv; }
+                var rounded = trunc(v);
+                if (abs(v - rounded) >= 0.5) { rounded += sign(v); }
+                qs[base + j] = i32(rounded);
+                qsum += i32(rounded);
             }
             scale[li] = dx;
             sums[li] = dx * f32(qsum);",
@@ -138,7 +146,16 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
         )
     } else {
         (
-            "var s = 0.0;
+            format!("var<workgroup> xs: array<f32, {staged}>;\n"),
+            "for (var e = li; e < STAGEDu; e += 64u) {
+                let r = e / CHUNKu;
+                let c = e % CHUNKu;
+                var v = 0.0;
+                if (r < rows && k0 + c < k) { v = t0[o0((r0 + r) * k + k0 + c)]; }
+                xs[e] = v;
+            }
+            workgroupBarrier();
+            var s = 0.0;
             for (var j = 0u; j < 32u; j++) { s += xs[base + j]; }
             sums[li] = s;",
             "var dot = 0.0;
@@ -146,11 +163,9 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
                     acc[r] += dm.x * dot + dm.y * sums[r * 8u + b];",
         )
     };
+    let stage = stage.replace("STAGEDu", &format!("{staged}u")).replace("CHUNKu", &format!("{CHUNK}u"));
     let body = format!(
-        r#"{decoder}var<workgroup> xs: array<f32, {staged}>;
-var<workgroup> qs: array<i32, {staged}>;
-var<workgroup> scale: array<f32, 64>;
-var<workgroup> sums: array<f32, 64>;
+        r#"{decoder}{shared}var<workgroup> sums: array<f32, 64>;
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {{
     let k = mt[K];
@@ -165,18 +180,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var q: array<i32, 32>;
     for (var k0 = 0u; k0 < k; k0 += {CHUNK}u) {{
         let nb = min({CHUNK}u, k - k0) / 32u;
-        for (var e = li; e < {staged}u; e += 64u) {{
-            let r = e / {CHUNK}u;
-            let c = e % {CHUNK}u;
-            var v = 0.0;
-            if (r < rows && k0 + c < k) {{ v = t0[o0((r0 + r) * k + k0 + c)]; }}
-            xs[e] = v;
-        }}
-        workgroupBarrier();
-        {{
-            let base = (li / 8u) * {CHUNK}u + (li % 8u) * 32u;
-            {stats}
-        }}
+        let base = (li / 8u) * {CHUNK}u + (li % 8u) * 32u;
+        {stage}
         workgroupBarrier();
         if (col < n) {{
             for (var b = 0u; b < nb; b++) {{
@@ -193,8 +198,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var r = 0u; r < rows; r++) {{ t2[o2((r0 + r) * n + col)] = acc[r]; }}
     }}
 }}
-"#,
-        staged = ROWS * CHUNK,
+"#
     );
     Some(Call::groups(
         vec![(0, Word::F32), (1, Word::U32), (2, Word::F32)],
