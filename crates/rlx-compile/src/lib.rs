@@ -54,14 +54,15 @@ impl Target {
 
     /// A GPU through WGSL (rlx-wgpu): 32-bit words for every sub-word type except
     /// quantized weight bytes, which the dequantizing kernels read packed; elementwise
-    /// regions up to 32 ops and 8 inputs (each a generated shader, registers are free);
-    /// no pattern fusions (no fused kernels to run them yet); params in buffers of their
-    /// own (set_param uploads one param, a KV cache is updated in place).
+    /// regions up to 32 ops and 6 inputs (each a generated shader; 6 inputs, the output
+    /// and the metadata are the 8 storage buffers every WebGPU device binds); no pattern
+    /// fusions (no fused kernels to run them yet); params in buffers of their own
+    /// (set_param uploads one param, a KV cache is updated in place).
     pub const GPU: Target = Target {
         name: "gpu",
         width_policy: ArenaWidthPolicy::Words32,
         packed_operand: gpu_packed_operand,
-        fusion_limits: FusionLimits { max_ops: 32, max_inputs: 8, patterns: false },
+        fusion_limits: FusionLimits { max_ops: 32, max_inputs: 6, patterns: false },
         params_outside_arena: true,
     };
 
