@@ -29,6 +29,7 @@ fn smollm2_decodes_on_the_gpu_as_on_the_cpu() {
         let m = a.iter().fold(1f32, |m, v| m.max(v.abs())) as f64;
         let tol = 2.0 * rlx_corpus::tolerance(f32::EPSILON as f64 / 2.0, depth as usize, m);
         let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+        eprintln!("step {step}: logits differ by {worst:e} (tolerance {tol:e})");
         assert!(worst <= tol, "step {step}: logits differ by {worst:e} (tolerance {tol:e})");
         let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap() as u32;
         let token = argmax(&a);

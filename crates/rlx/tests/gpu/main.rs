@@ -255,10 +255,19 @@ fn training_on_the_gpu_tracks_the_cpu() {
         train_digits(mlp(64), &cfg, &CompileOptions::default(), |_, _, _| {}, |_| {}).unwrap().1
     };
     let (cpu, gpu) = (run(Device::Cpu), run(Device::Gpu));
+    let worst = cpu
+        .iter()
+        .zip(&gpu)
+        .flat_map(|(c, g)| c.step_losses.iter().zip(&g.step_losses).take(20))
+        .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
+        .fold(0.0, f32::max);
+    // lavapipe: 1.3e-7 (an ulp or two of the loss); the bound leaves room for rounding
+    // that compounds differently on other drivers.
+    eprintln!("worst relative loss difference over the compared steps: {worst:e} (bound 2e-6)");
     for (c, g) in cpu.iter().zip(&gpu) {
         // Rounding differences compound over the steps; early ones must agree closely.
         for (step, (a, b)) in c.step_losses.iter().zip(&g.step_losses).take(20).enumerate() {
-            assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "epoch {} step {step}: cpu {a}, gpu {b}", c.epoch);
+            assert!((a - b).abs() <= 2e-6 * a.abs().max(1.0), "epoch {} step {step}: cpu {a}, gpu {b}", c.epoch);
         }
         let (a, b) = (c.held_out_accuracy, g.held_out_accuracy);
         assert!((a - b).abs() <= 0.01, "epoch {}: held-out accuracy cpu {a}, gpu {b}", c.epoch);
