@@ -57,6 +57,7 @@ impl Session {
             params,
             outputs: graph.outputs().iter().map(|&o| (graph.dtype(o), graph.dims(o).to_vec())).collect(),
             executable: self.backend.compile(graph, options)?,
+            param_set: vec![false; graph.params().len()],
         })
     }
 }
@@ -85,6 +86,8 @@ pub struct CompiledGraph {
     param_index: HashMap<String, usize>,
     outputs: Vec<(DType, Vec<usize>)>,
     executable: Box<dyn Executable>,
+    /// Per param, whether it was set or bound (a run needs every one).
+    param_set: Vec<bool>,
 }
 
 impl CompiledGraph {
@@ -118,7 +121,9 @@ impl CompiledGraph {
         let i = self.param_slot(name)?;
         let p = &self.params[i];
         let t = from_f32_values("param", p, values)?;
-        self.executable.set_param(i, &t)
+        self.executable.set_param(i, &t)?;
+        self.param_set[i] = true;
+        Ok(())
     }
 
     /// A typed param: the same dtype passes through; another float dtype is converted
@@ -126,7 +131,9 @@ impl CompiledGraph {
     pub fn set_param_typed(&mut self, name: &str, value: &HostTensor) -> Result<()> {
         let i = self.param_slot(name)?;
         let t = coerce("param", &self.params[i], value)?;
-        self.executable.set_param(i, t.as_ref().unwrap_or(value))
+        self.executable.set_param(i, t.as_ref().unwrap_or(value))?;
+        self.param_set[i] = true;
+        Ok(())
     }
 
     /// The buffer param `name` lives in (`None` when nothing reads it, or before it is
@@ -143,7 +150,9 @@ impl CompiledGraph {
     /// GGUF tensor). The buffer must hold the param's exact dtype and dims.
     pub fn bind_param(&mut self, name: &str, buffer: &ParamBuffer) -> Result<()> {
         let i = self.param_slot(name)?;
-        self.executable.bind_param(i, buffer.clone())
+        self.executable.bind_param(i, buffer.clone())?;
+        self.param_set[i] = true;
+        Ok(())
     }
 
     /// Whether each run writes param `name`'s buffer in place: a `kv_append` whose cache is
@@ -162,7 +171,7 @@ impl CompiledGraph {
             .map(|(slot, &k)| from_f32_values("input", &self.inputs[slot], inputs[k].1))
             .collect::<Result<_>>()?;
         let refs: Vec<&HostTensor> = tensors.iter().collect();
-        Ok(self.executable.run(&refs)?.iter().map(HostTensor::to_f32_vec).collect())
+        Ok(self.execute(&refs)?.iter().map(HostTensor::to_f32_vec).collect())
     }
 
     /// Typed inputs: each input's own dtype passes through byte for byte; another float
@@ -176,7 +185,20 @@ impl CompiledGraph {
             .collect::<Result<_>>()?;
         let refs: Vec<&HostTensor> =
             order.iter().zip(&converted).map(|(&k, c)| c.as_ref().unwrap_or(inputs[k].1)).collect();
-        self.executable.run(&refs)
+        self.execute(&refs)
+    }
+
+    /// Runs the executable once every param has a value.
+    fn execute(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        if let Some(unset) = self.param_set.iter().position(|s| !s) {
+            let p = &self.params[unset];
+            return Err(Error::input(format!(
+                "param '{}' ({}) was never set: call set_param before run",
+                p.name,
+                p.ty()
+            )));
+        }
+        self.executable.run(inputs)
     }
 
     fn param_slot(&self, name: &str) -> Result<usize> {

@@ -323,13 +323,10 @@ impl CpuProgram {
         if inputs.len() != self.inputs.len() {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
         }
+        // The runtime refuses to run before every param is set (its message names it);
+        // here an unset param would be a null buffer, so the program checks again.
         if let Some(unset) = self.param_set.iter().position(|s| !s) {
-            let p = &self.params[unset];
-            return Err(Error::input(format!(
-                "param '{}' ({}) was never set: call set_param before run",
-                p.name,
-                fmt_type(p.dtype, &p.dims)
-            )));
+            return Err(Error::internal(format!("param '{}' has no buffer", self.params[unset].name)));
         }
         for (leaf, value) in self.inputs.iter().zip(inputs) {
             check_type(leaf, value)?;

@@ -95,7 +95,6 @@ pub struct GpuProgram {
     bound: Vec<Option<(rlx_cpu::ParamBuffer, bool)>>,
     inputs: Vec<Leaf>,
     params: Vec<Leaf>,
-    param_set: Vec<bool>,
     param_written: Vec<bool>,
     outputs: Vec<(Option<Place>, Tensor)>,
     actions: Vec<Action>,
@@ -304,7 +303,6 @@ impl GpuProgram {
         let mut program = GpuProgram {
             bound: vec![None; params.len()],
             meta,
-            param_set: vec![false; params.len()],
             param_written,
             gpu,
             compiled,
@@ -404,7 +402,6 @@ impl GpuProgram {
             }
             self.gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(value, leaf.elem_bytes));
         }
-        self.param_set[index] = true;
         Ok(())
     }
 
@@ -425,7 +422,6 @@ impl GpuProgram {
             self.bind_all();
             self.gpu.take_errors()?;
         }
-        self.param_set[index] = true;
         Ok(())
     }
 
@@ -433,14 +429,6 @@ impl GpuProgram {
     pub fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
-        }
-        if let Some(unset) = self.param_set.iter().position(|s| !s) {
-            let p = &self.params[unset];
-            return Err(Error::input(format!(
-                "param '{}' ({}) was never set: call set_param before run",
-                p.name,
-                fmt_type(p.dtype, &p.dims)
-            )));
         }
         let gpu = self.gpu.clone();
         for (leaf, value) in self.inputs.iter().zip(inputs) {

@@ -28,6 +28,7 @@ pub trait Executable: Send {
     fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()>;
     /// Whether a run writes param `index`'s buffer in place (a KV cache: state).
     fn updates_in_place(&self, index: usize) -> bool;
+    /// Called only once every param was set or bound (the runtime checks).
     fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
     /// Bytes of device memory the compiled graph holds for its tensors.
     fn arena_bytes(&self) -> usize;

@@ -40,8 +40,9 @@ fn all_f32(ts: &[&Tensor]) -> Option<()> {
     ts.iter().all(|t| t.compute_word(false) == Some(Word::F32)).then_some(())
 }
 
-/// The input-side unpacking: element `i` of an input-shaped tensor is `(b, ch, iy, ix)`.
-const UNPACK_INPUT: &str = "    let c = mt[K + 1u];
+/// The geometry's sizes as named values (every kernel body here starts with them).
+const SIZES: &str = "    let n = mt[K];
+    let c = mt[K + 1u];
     let h = mt[K + 2u];
     let w = mt[K + 3u];
     let o = mt[K + 4u];
@@ -49,10 +50,20 @@ const UNPACK_INPUT: &str = "    let c = mt[K + 1u];
     let ow = mt[K + 6u];
     let kh = mt[K + 7u];
     let kw = mt[K + 8u];
-    let ix = i32(i % w);
+";
+
+/// Element `i` of an input-shaped tensor as `(b, ch, iy, ix)`.
+const INPUT_INDEX: &str = "    let ix = i32(i % w);
     let iy = i32((i / w) % h);
     let ch = (i / (w * h)) % c;
     let b = i / (w * h * c);
+";
+
+/// Element `i` of an output-shaped tensor as `(b, f, y, x)`.
+const OUTPUT_INDEX: &str = "    let x = i % ow;
+    let y = (i / ow) % oh;
+    let f = (i / (ow * oh)) % o;
+    let b = i / (ow * oh * o);
 ";
 
 /// The output position along one axis whose tap `k` reads input position `at`, if any:
@@ -65,26 +76,8 @@ const SOURCE: &str = "fn out_pos(at: i32, k: u32, stride: u32, dil: u32, pad: u3
 }
 ";
 
-const UNPACK: &str = "    let c = mt[K + 1u];
-    let h = mt[K + 2u];
-    let w = mt[K + 3u];
-    let o = mt[K + 4u];
-    let oh = mt[K + 5u];
-    let ow = mt[K + 6u];
-    let kh = mt[K + 7u];
-    let kw = mt[K + 8u];
-    let x = i % ow;
-    let y = (i / ow) % oh;
-    let f = (i / (ow * oh)) % o;
-    let b = i / (ow * oh * o);
-";
-
 pub fn conv2d(p: &Conv2dParams, bias: bool, ins: &[Tensor], out: &Tensor) -> Option<Call> {
-    for t in ins.iter().chain([out]) {
-        if t.compute_word(false)? != Word::F32 {
-            return None;
-        }
-    }
+    all_f32(&ins.iter().chain([out]).collect::<Vec<_>>())?;
     let mut meta = geometry(&ins[0].dims, &out.dims, [ins[1].dims[2], ins[1].dims[3]], p.stride, p.dilation, p.padding);
     meta.push(p.groups as u32);
     let init = if bias { "t2[o2(f)]" } else { "0.0" };
@@ -92,7 +85,7 @@ pub fn conv2d(p: &Conv2dParams, bias: bool, ins: &[Tensor], out: &Tensor) -> Opt
     let store = store_round(out.dtype, "acc");
     let body = format!(
         r#"fn item(i: u32) {{
-{UNPACK}    let cg = c / mt[K + 15u];
+{SIZES}{OUTPUT_INDEX}    let cg = c / mt[K + 15u];
     let g = f / (o / mt[K + 15u]);
     var acc = 0.0;
     for (var ci = 0u; ci < cg; ci++) {{
@@ -119,9 +112,7 @@ pub fn conv2d(p: &Conv2dParams, bias: bool, ins: &[Tensor], out: &Tensor) -> Opt
 /// Max pooling (`avg` None: padding is -inf, NaN propagates) or average pooling
 /// (`Some(count_include_pad)`).
 pub fn pool(p: &PoolParams, avg: Option<bool>, x: &Tensor, out: &Tensor) -> Option<Call> {
-    if x.compute_word(false)? != Word::F32 {
-        return None;
-    }
+    all_f32(&[x, out])?;
     let meta = geometry(&x.dims, &out.dims, p.kernel, p.stride, [1, 1], p.padding);
     let (init, step, result) = match avg {
         None => ("-bitcast<f32>(0x7f800000u)", "acc = fmax(acc, v);", "acc".to_string()),
@@ -131,7 +122,7 @@ pub fn pool(p: &PoolParams, avg: Option<bool>, x: &Tensor, out: &Tensor) -> Opti
     let store = store_round(out.dtype, &result);
     let body = format!(
         r#"fn item(i: u32) {{
-{UNPACK}    var acc = {init};
+{SIZES}{OUTPUT_INDEX}    var acc = {init};
     var count = 0u;
     for (var ky = 0u; ky < kh; ky++) {{
         let iy = i32(y * mt[K + 9u] + ky) - i32(mt[K + 13u]);
@@ -159,7 +150,7 @@ pub fn conv2d_grad_input(p: &Conv2dParams, g: &Tensor, w: &Tensor, dx: &Tensor) 
     let store = store_round(dx.dtype, "acc");
     let body = format!(
         r#"{SOURCE}fn item(i: u32) {{
-{UNPACK_INPUT}    let groups = mt[K + 15u];
+{SIZES}{INPUT_INDEX}    let groups = mt[K + 15u];
     let cg = c / groups;
     let og = o / groups;
     let grp = ch / cg;
@@ -193,16 +184,7 @@ pub fn conv2d_grad_weight(p: &Conv2dParams, x: &Tensor, g: &Tensor, dw: &Tensor)
     let store = store_round(dw.dtype, "acc");
     let body = format!(
         r#"fn item(i: u32) {{
-    let n = mt[K];
-    let c = mt[K + 1u];
-    let h = mt[K + 2u];
-    let w = mt[K + 3u];
-    let o = mt[K + 4u];
-    let oh = mt[K + 5u];
-    let ow = mt[K + 6u];
-    let kh = mt[K + 7u];
-    let kw = mt[K + 8u];
-    let cg = c / mt[K + 15u];
+{SIZES}    let cg = c / mt[K + 15u];
     let kx = i % kw;
     let ky = (i / kw) % kh;
     let ci = (i / (kw * kh)) % cg;
@@ -275,7 +257,7 @@ pub fn max_pool_route(p: &PoolParams, select: bool, x: &Tensor, g: &Tensor, out:
         let store = store_round(out.dtype, "acc");
         format!(
             r#"{SOURCE}{WINDOW_ARGMAX}fn item(i: u32) {{
-{UNPACK_INPUT}    var acc = 0.0;
+{SIZES}{INPUT_INDEX}    var acc = 0.0;
     for (var ky = 0u; ky < kh; ky++) {{
         let y = out_pos(iy, ky, mt[K + 9u], 1u, mt[K + 13u], oh);
         if (y < 0) {{ continue; }}
@@ -317,7 +299,7 @@ fn in_range(y: u32, k: u32, stride: u32, pad: u32, n: u32) -> u32 {{
     return count;
 }}
 fn item(i: u32) {{
-{UNPACK_INPUT}    var acc = 0.0;
+{SIZES}{INPUT_INDEX}    var acc = 0.0;
     for (var ky = 0u; ky < kh; ky++) {{
         let y = out_pos(iy, ky, mt[K + 9u], 1u, mt[K + 13u], oh);
         if (y < 0) {{ continue; }}
