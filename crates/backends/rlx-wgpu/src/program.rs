@@ -12,8 +12,9 @@ use crate::kernels::{self, Call, PRELUDE, Tensor, Threads};
 use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueKind};
 use rlx_ir::shape::fmt_type;
 use rlx_ir::{DType, Error, Graph, HostTensor, Op, Result};
+use std::borrow::Cow;
 use std::fmt::Write;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A value's bytes: in the arena (`param` None) or a param's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +105,9 @@ pub struct GpuProgram {
     labels: Vec<String>,
     checked: Vec<Option<Checked>>,
     host_fallbacks: Vec<String>,
+    /// The mappable buffer outputs (and host steps' operands) are read back through,
+    /// grown when a read needs more: a run allocates no device memory.
+    staging: Mutex<Option<wgpu::Buffer>>,
     /// With `RLX_GPU_PROFILE=1`: dispatches run one at a time, and per kernel name the
     /// seconds and calls they took, printed when the program is dropped.
     profile: Option<std::collections::HashMap<String, (f64, usize)>>,
@@ -122,8 +126,12 @@ impl Drop for GpuProgram {
     }
 }
 
-/// A host tensor of its declared type as the words the device stores it in.
-fn to_words(t: &HostTensor, elem_bytes: usize) -> Vec<u8> {
+/// A host tensor of its declared type as the words the device stores it in: its own
+/// bytes when the device stores it as is (no copy on the run path), else converted.
+fn to_words(t: &HostTensor, elem_bytes: usize) -> Cow<'_, [u8]> {
+    if elem_bytes == t.dtype().size_bytes() && t.bytes().len().is_multiple_of(4) {
+        return Cow::Borrowed(t.bytes());
+    }
     let mut bytes = if elem_bytes == t.dtype().size_bytes() {
         t.bytes().to_vec()
     } else if t.dtype().is_float() {
@@ -132,7 +140,7 @@ fn to_words(t: &HostTensor, elem_bytes: usize) -> Vec<u8> {
         t.to_i64_vec().iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()
     };
     bytes.resize(bytes.len().next_multiple_of(4), 0);
-    bytes
+    Cow::Owned(bytes)
 }
 
 /// Device words back to a host tensor of `t`'s declared type (values a widened slot
@@ -316,6 +324,7 @@ impl GpuProgram {
             labels,
             checked,
             host_fallbacks,
+            staging: Mutex::new(None),
             profile: std::env::var("RLX_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default),
         };
         program.bind_all();
@@ -414,9 +423,9 @@ impl GpuProgram {
         buffer.check_binds(&leaf.name, leaf.dtype, &leaf.dims, self.param_written[index])?;
         if leaf.place.is_some() {
             let elem_bytes = leaf.elem_bytes;
-            let shared = self
-                .gpu
-                .shared_buffer((buffer.id(), elem_bytes), &leaf.name, || Ok(to_words(&buffer.read()?, elem_bytes)))?;
+            let shared = self.gpu.shared_buffer((buffer.id(), elem_bytes), &leaf.name, || {
+                Ok(to_words(&buffer.read()?, elem_bytes).into_owned())
+            })?;
             self.param_buffers[index] = Some(shared);
             self.bound[index] = Some((buffer.clone(), buffer.is_borrowed()));
             self.bind_all();
@@ -463,7 +472,7 @@ impl GpuProgram {
                     drop(pass);
                     gpu.queue.submit([encoder.finish()]);
                     let regions: Vec<_> = ins.iter().map(|(p, _)| self.region(*p)).collect();
-                    let bytes = read_back(&gpu, &regions)?;
+                    let bytes = read_back(&gpu, &self.staging, &regions)?;
                     let values =
                         bytes.iter().zip(ins).map(|(b, (_, t))| from_words(b, t)).collect::<Result<Vec<_>>>()?;
                     let refs: Vec<&HostTensor> = values.iter().collect();
@@ -478,7 +487,7 @@ impl GpuProgram {
         gpu.queue.submit([encoder.finish()]);
         let mut regions: Vec<_> = self.outputs.iter().filter_map(|(p, _)| p.map(|p| self.region(p))).collect();
         regions.extend(self.status.as_ref().map(|s| (s, 0, 12)));
-        let mut bytes = read_back(&gpu, &regions)?;
+        let mut bytes = read_back(&gpu, &self.staging, &regions)?;
         if self.status.is_some() {
             let flag = bytes.pop().expect("the flag was read");
             let word = |k: usize| u32::from_le_bytes([flag[4 * k], flag[4 * k + 1], flag[4 * k + 2], flag[4 * k + 3]]);
@@ -505,30 +514,39 @@ impl GpuProgram {
     }
 }
 
-/// The bytes of each (buffer, offset, length) region, in one copy and one wait.
-fn read_back(gpu: &Gpu, regions: &[(&wgpu::Buffer, u64, u64)]) -> Result<Vec<Vec<u8>>> {
+/// The bytes of each (buffer, offset, length) region, in one copy through `staging`
+/// and one wait.
+fn read_back(
+    gpu: &Gpu,
+    staging: &Mutex<Option<wgpu::Buffer>>,
+    regions: &[(&wgpu::Buffer, u64, u64)],
+) -> Result<Vec<Vec<u8>>> {
     let total: u64 = regions.iter().map(|r| r.2.next_multiple_of(4)).sum();
     if total == 0 {
         gpu.wait()?;
         return Ok(regions.iter().map(|_| Vec::new()).collect());
     }
-    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("rlx readback"),
-        size: total,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
+    let mut staging = staging.lock().map_err(|_| Error::internal("gpu: the readback buffer was poisoned"))?;
+    if staging.as_ref().is_none_or(|b| b.size() < total) {
+        *staging = Some(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("rlx readback"),
+            size: total,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }));
+    }
+    let staging = staging.as_ref().expect("created above");
     let mut encoder = gpu.device.create_command_encoder(&Default::default());
     let mut at = 0;
     for &(buffer, offset, bytes) in regions {
         let n = bytes.next_multiple_of(4);
         if n > 0 {
-            encoder.copy_buffer_to_buffer(buffer, offset, &staging, at, n);
+            encoder.copy_buffer_to_buffer(buffer, offset, staging, at, n);
         }
         at += n;
     }
     gpu.queue.submit([encoder.finish()]);
-    let slice = staging.slice(..);
+    let slice = staging.slice(..total);
     slice.map_async(wgpu::MapMode::Read, |_| {});
     gpu.wait()?;
     let mapped = slice.get_mapped_range().map_err(|e| Error::runtime(format!("gpu: mapping the readback: {e}")))?;
