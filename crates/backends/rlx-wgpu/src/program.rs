@@ -105,6 +105,8 @@ pub struct GpuProgram {
     labels: Vec<String>,
     checked: Vec<Option<Checked>>,
     host_fallbacks: Vec<String>,
+    /// Bind groups must be (re)built before the next run.
+    unbound: bool,
     /// The mappable buffer outputs (and host steps' operands) are read back through,
     /// grown when a read needs more: a run allocates no device memory.
     staging: Mutex<Option<wgpu::Buffer>>,
@@ -308,7 +310,7 @@ impl GpuProgram {
         actions.sort_by_key(|(i, _)| *i);
         let outputs = schedule.outputs.iter().map(|&v| (place(v), tensor(v))).collect();
         let param_written = schedule.params.iter().map(|p| plan.in_place.iter().any(|&(_, v)| v == *p)).collect();
-        let mut program = GpuProgram {
+        Ok(GpuProgram {
             bound: vec![None; params.len()],
             meta,
             param_written,
@@ -325,14 +327,14 @@ impl GpuProgram {
             checked,
             host_fallbacks,
             staging: Mutex::new(None),
+            unbound: true,
             profile: std::env::var("RLX_GPU_PROFILE").is_ok_and(|v| v == "1").then(Default::default),
-        };
-        program.bind_all();
-        program.gpu.take_errors()?;
-        Ok(program)
+        })
     }
 
-    /// (Re)builds every dispatch's bind group over the current buffers.
+    /// (Re)builds every dispatch's bind group over the current buffers: at the first run,
+    /// and at the next run after a param got another buffer (a model binds hundreds of
+    /// params before running once).
     fn bind_all(&mut self) {
         let mut actions = std::mem::take(&mut self.actions);
         for action in &mut actions {
@@ -407,7 +409,7 @@ impl GpuProgram {
                 let bytes = self.compiled.plan.param_bytes[index] as u64;
                 self.param_buffers[index] = Some(Arc::new(storage_buffer(&self.gpu, &leaf.name, bytes)));
                 self.bound[index] = None;
-                self.bind_all();
+                self.unbound = true;
             }
             self.gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(value, leaf.elem_bytes));
         }
@@ -428,8 +430,7 @@ impl GpuProgram {
             })?;
             self.param_buffers[index] = Some(shared);
             self.bound[index] = Some((buffer.clone(), buffer.is_borrowed()));
-            self.bind_all();
-            self.gpu.take_errors()?;
+            self.unbound = true;
         }
         Ok(())
     }
@@ -440,6 +441,11 @@ impl GpuProgram {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
         }
         let gpu = self.gpu.clone();
+        if self.unbound {
+            self.bind_all();
+            gpu.take_errors()?;
+            self.unbound = false;
+        }
         for (leaf, value) in self.inputs.iter().zip(inputs) {
             check_type(leaf, value)?;
             if let Some(p) = leaf.place {
