@@ -3,7 +3,7 @@
 //! output element, one register per instruction, every result rounded to its dtype as
 //! the reference semantics (`rlx_ir::ops::elementwise`) and the CPU's region evaluator do.
 
-use super::{Call, Tensor, store_round, strides, u32s};
+use super::{Call, Tensor, Word, store_round, strides, u32s};
 use rlx_compile::{Region, RegionOp};
 use rlx_ir::{BinaryOp, CompareOp, DType, Op, Unary};
 use std::fmt::Write;
@@ -25,12 +25,7 @@ pub fn single(op: &Op, ins: &[Tensor], out: &Tensor, int64: bool) -> Option<Call
 
 /// The compute type of a register of `dtype`.
 fn reg_type(dtype: DType, int64: bool) -> Option<&'static str> {
-    match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => Some("f32"),
-        DType::I8 | DType::U8 | DType::I32 | DType::Bool => Some("i32"),
-        DType::I64 if int64 => Some("i64"),
-        _ => None,
-    }
+    Word::compute(dtype, int64).map(Word::wgsl)
 }
 
 /// The kernel of a fused region over `ins` (its loads) writing `out`.

@@ -35,6 +35,17 @@ pub enum Word {
 }
 
 impl Word {
+    /// The type a kernel computes `dtype` in (f16/bf16 in f32, the small integers and
+    /// bool in i32), or `None` when WGSL has none here (f64; i64 without `SHADER_INT64`).
+    pub fn compute(dtype: DType, int64: bool) -> Option<Word> {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => Some(Word::F32),
+            DType::I8 | DType::U8 | DType::I32 | DType::Bool => Some(Word::I32),
+            DType::I64 if int64 => Some(Word::I64),
+            _ => None,
+        }
+    }
+
     pub fn wgsl(self) -> &'static str {
         match self {
             Word::F32 => "f32",
@@ -67,12 +78,7 @@ impl Tensor {
     /// The word a kernel computing in this tensor's type declares it as, or `None` when
     /// no WGSL type holds it here (f64; i64 without `SHADER_INT64`; packed bytes).
     pub fn compute_word(&self, int64: bool) -> Option<Word> {
-        match (self.dtype, self.elem_bytes) {
-            (DType::F32 | DType::F16 | DType::BF16, 4) => Some(Word::F32),
-            (DType::I8 | DType::U8 | DType::I32 | DType::Bool, 4) => Some(Word::I32),
-            (DType::I64, 8) if int64 => Some(Word::I64),
-            _ => None,
-        }
+        Word::compute(self.dtype, int64).filter(|w| w.bytes() == self.elem_bytes)
     }
     /// The word a kernel moving this tensor's elements untouched declares it as.
     pub fn copy_word(&self) -> Option<Word> {
