@@ -1,5 +1,5 @@
-//! Matmul against GGML blocks (Q4_0, Q4_1, Q8_0) and dequantize. The weight bytes stay
-//! packed in u32 words. The matmul stages activation rows in shared memory, decodes each
+//! Matmul against GGML blocks (Q4_0, Q4_1, Q8_0) and dequantize, through one block
+//! decoder per scheme. The weight bytes stay packed in u32 words. The matmul stages activation rows in shared memory, decodes each
 //! weight block once for all the rows it serves, and with q8 activations quantizes each
 //! staged 32-value block once, as the reference does (scale `max|x| / 127`, round half
 //! away from zero), taking integer dots scaled per block.
@@ -7,50 +7,16 @@
 use super::{Call, Tensor, Word, u32s};
 use rlx_ir::QuantScheme;
 
-/// The block decoder over weight binding `tW` (its number substituted by [`decoder`]).
-const DECODE: &str = "fn byte(o: u32) -> u32 {
-    return (tW[oW(o >> 2u)] >> ((o & 3u) * 8u)) & 0xffu;
-}
-fn half(o: u32) -> f32 {
-    return unpack2x16float(byte(o) | (byte(o + 1u) << 8u)).x;
-}
-// The 32 quantized values of the block at byte `o` (without scale or min).
-fn q(o: u32, j: u32) -> i32 {
-    switch (mt[K + 3u]) {
-        case 0u: { let v = byte(o + 2u + (j % 16u)); return i32(select(v & 15u, v >> 4u, j >= 16u)) - 8; }
-        case 1u: { let v = byte(o + 4u + (j % 16u)); return i32(select(v & 15u, v >> 4u, j >= 16u)); }
-        default: { return (bitcast<i32>(byte(o + 2u + j)) << 24u) >> 24u; }
-    }
-}
-fn block_min(o: u32) -> f32 {
-    if (mt[K + 3u] == 1u) { return half(o + 2u); }
-    return 0.0;
-}
-";
-
-fn decoder(binding: usize) -> String {
-    DECODE.replace("tW[oW(", &format!("t{binding}[o{binding}("))
-}
-
-fn scheme_code(scheme: QuantScheme) -> Option<u32> {
-    match scheme {
-        QuantScheme::Q4_0 => Some(0),
-        QuantScheme::Q4_1 => Some(1),
-        QuantScheme::Q8_0 => Some(2),
-        _ => None,
-    }
-}
-
 /// Activation rows per workgroup, and k values staged in shared memory per pass: each
 /// decoded weight block serves `ROWS` rows, and a pass's 8 x 8 (row, block) statistics
 /// (sums, q8 scales) are one per thread of the 64.
 const ROWS: usize = 8;
 const CHUNK: usize = 256;
 
-/// Reads the u32 at any byte offset of the weights (two aligned loads when unaligned:
-/// Q4_0 and Q8_0 blocks are 18 and 34 bytes); `decode` fills the block's 32 quantized
-/// values and returns (scale, min).
-fn block_decoder(scheme: QuantScheme) -> Option<String> {
+/// Over the weights in binding `tB`: `wword` reads the u32 at any byte offset (two
+/// aligned loads when unaligned: Q4_0 and Q8_0 blocks are 18 and 34 bytes); `decode`
+/// fills the block's 32 quantized values and returns (scale, min).
+fn block_decoder(scheme: QuantScheme, binding: usize) -> Option<String> {
     let (header, quants) = match scheme {
         QuantScheme::Q4_0 => (
             "let d = half_at(o);\n    let mn = 0.0;",
@@ -86,9 +52,9 @@ fn block_decoder(scheme: QuantScheme) -> Option<String> {
         "fn wword(o: u32) -> u32 {{
     let a = o >> 2u;
     let s = (o & 3u) * 8u;
-    let lo = t1[o1(a)];
+    let lo = t{binding}[o{binding}(a)];
     if (s == 0u) {{ return lo; }}
-    return (lo >> s) | (t1[o1(a + 1u)] << (32u - s));
+    return (lo >> s) | (t{binding}[o{binding}(a + 1u)] << (32u - s));
 }}
 fn half_at(o: u32) -> f32 {{ return unpack2x16float(wword(o) & 0xffffu).x; }}
 fn decode(o: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {{
@@ -103,7 +69,7 @@ fn decode(o: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {{
 /// `x [.., k] @ W^T`, W `[n, row_bytes]` in `scheme`: a workgroup takes 64 output
 /// columns of `ROWS` activation rows and walks k in passes of `CHUNK` staged values.
 pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> Option<Call> {
-    let decoder = block_decoder(scheme)?;
+    let decoder = block_decoder(scheme, 1)?;
     if w.elem_bytes != 1 || x.compute_word(false)? != Word::F32 {
         return None;
     }
@@ -208,23 +174,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     ))
 }
 
-/// Rows of `w` decoded to f32 `[n, k]`.
+/// Rows of `w` decoded to f32 `[n, k]`: a thread per block writes its 32 values.
 pub fn dequantize(scheme: QuantScheme, w: &Tensor, out: &Tensor) -> Option<Call> {
-    let code = scheme_code(scheme)?;
+    let decoder = block_decoder(scheme, 0)?;
     if w.elem_bytes != 1 {
         return None;
     }
-    let k = out.dims[1];
-    let meta = u32s([k, 0, w.dims[1], code as usize, scheme.block_bytes()]);
+    let blocks_per_row = out.dims[1] / 32;
+    let meta = u32s([blocks_per_row, w.dims[1], scheme.block_bytes()]);
     let body = format!(
-        r#"{decode}fn item(i: u32) {{
-    let k = mt[K];
-    let p = i % k;
-    let wo = (i / k) * mt[K + 2u] + (p / 32u) * mt[K + 4u];
-    t1[o1(i)] = half(wo) * f32(q(wo, p % 32u)) + block_min(wo);
+        r#"{decoder}fn item(i: u32) {{
+    var q: array<i32, 32>;
+    let dm = decode((i / mt[K]) * mt[K + 1u] + (i % mt[K]) * mt[K + 2u], &q);
+    for (var j = 0u; j < 32u; j++) {{ t1[o1(i * 32u + j)] = dm.x * f32(q[j]) + dm.y; }}
 }}
-"#,
-        decode = decoder(0)
+"#
     );
-    Some(Call::items(vec![(0, Word::U32), (1, Word::F32)], body, meta, out.numel()))
+    Some(Call::items(vec![(0, Word::U32), (1, Word::F32)], body, meta, out.numel() / 32))
 }
