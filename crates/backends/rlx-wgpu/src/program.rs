@@ -601,7 +601,7 @@ fn calls(kernel: &StepKernel, ins: &[Tensor], out: &Tensor, in_place: bool, int6
         Op::LogSoftmax { axis } => one(softmax::softmax(*axis, true, &ins[0], out)),
         Op::LayerNorm { eps, gamma, beta } => one(norm::norm(false, eps.0, *gamma, *beta, &ins[0], out)),
         Op::RmsNorm { eps, gamma } => one(norm::norm(true, eps.0, *gamma, false, &ins[0], out)),
-        Op::Reshape { .. } => one(Some(layout::copy_flat(ins[0].copy_word()?, out.numel()))),
+        Op::Reshape { .. } => one(Some(layout::copy_flat((0, 1), ins[0].copy_word()?, out.numel()))),
         Op::Transpose { perm } => one(layout::transpose(perm, &ins[0], out)),
         Op::Narrow { axis, start, .. } => one(layout::narrow(*axis, *start, &ins[0], out)),
         Op::Expand { .. } => one(layout::expand(&ins[0], out)),
@@ -611,15 +611,11 @@ fn calls(kernel: &StepKernel, ins: &[Tensor], out: &Tensor, in_place: bool, int6
         Op::CrossEntropy => one(loss::cross_entropy(&ins[0], &ins[1], out)),
         Op::KvAppend { axis } => {
             let append = kv_cache::kv_append(*axis, &ins[0], &ins[1], &ins[2])?;
-            let copy = (!in_place).then(|| {
-                let mut c = layout::copy_flat(ins[0].copy_word()?, ins[0].numel());
-                c.operands = vec![(0, c.operands[0].1), (3, c.operands[1].1)];
-                Some(c)
-            });
-            match copy {
-                Some(c) => Some(vec![c?, append]),
-                None => Some(vec![append]),
+            if in_place {
+                return Some(vec![append]);
             }
+            // Not in place: the output (operand 3) starts as a copy of the cache.
+            Some(vec![layout::copy_flat((0, 3), ins[0].copy_word()?, ins[0].numel()), append])
         }
         Op::Attention { mask, scale } => one(attention::attention(*mask, scale.map(|s| s.0), ins, out)),
         Op::Rope { style, base, rotary_dims } => one(rope::rope(*style, base.0, *rotary_dims, &ins[0], &ins[1], out)),

@@ -37,9 +37,9 @@ pub fn copy_nd(
     Call::items(vec![(src, word), (dst, word)], body, meta, dims.iter().product())
 }
 
-/// A contiguous copy of `n` elements.
-pub fn copy_flat(word: Word, n: usize) -> Call {
-    copy_nd((0, 1), word, &[n], (0, &[1]), (0, &[1]))
+/// A contiguous copy of `n` elements from operand `src` to operand `dst`.
+pub fn copy_flat((src, dst): (usize, usize), word: Word, n: usize) -> Call {
+    copy_nd((src, dst), word, &[n], (0, &[1]), (0, &[1]))
 }
 
 pub fn transpose(perm: &[usize], x: &Tensor, out: &Tensor) -> Option<Call> {
