@@ -25,14 +25,28 @@ pub fn run(graph: &Path, inputs: &[String], params: &[String], out: Option<&Path
         }
         None => {
             for (i, t) in outputs.iter().enumerate() {
-                let values = t.to_f64_vec();
-                let shown: Vec<String> = values.iter().take(8).map(|v| format!("{v}")).collect();
-                let more = if values.len() > 8 { ", ..." } else { "" };
-                println!("output {i}: {} [{}{more}]", fmt_type(t.dtype(), t.dims()), shown.join(", "));
+                let more = if t.len() > PREVIEW { ", ..." } else { "" };
+                println!("output {i}: {} [{}{more}]", fmt_type(t.dtype(), t.dims()), preview(t)?.join(", "));
             }
         }
     }
     Ok(())
+}
+
+/// Values `rlx run` prints per output.
+const PREVIEW: usize = 8;
+
+/// The first `PREVIEW` values, each exactly as its dtype holds it (i64 beyond 2^53
+/// included); only those are converted, whatever the tensor's size.
+fn preview(t: &HostTensor) -> Result<Vec<String>> {
+    let k = t.len().min(PREVIEW);
+    let head = HostTensor::from_bytes(t.dtype(), &[k], t.bytes()[..k * t.dtype().size_bytes()].to_vec())?;
+    Ok(match t.dtype() {
+        DType::F64 => head.to_f64_vec().iter().map(|v| v.to_string()).collect(),
+        d if d.is_float() => head.to_f32_vec().iter().map(|v| v.to_string()).collect(),
+        DType::Bool => head.to_i64_vec().iter().map(|&v| (v != 0).to_string()).collect(),
+        _ => head.to_i64_vec().iter().map(|v| v.to_string()).collect(),
+    })
 }
 
 /// `NAME=FILE.npy` -> (NAME, tensor).

@@ -20,7 +20,7 @@ pub mod schedule;
 pub use budget::{Budget, budget};
 pub use fusion::{FusionLimits, resolve_fusion_limits};
 pub use memory::{ArenaWidthPolicy, MemoryPlan, PackedOperand, Slot, check_plan, plan_memory};
-pub use options::{CompileOptions, PrecisionPolicy};
+pub use options::{CompileOptions, PrecisionPolicy, parse_bytes};
 pub use pass::{PassLog, Pipeline};
 pub use schedule::{Kernel, Region, RegionOp, Schedule, Step, Value, ValueId, ValueKind};
 
@@ -140,6 +140,9 @@ pub fn compile(graph: &Graph, target: &Target, options: &CompileOptions) -> Resu
         options.memory_reuse,
         target.params_outside_arena,
     )?;
+    if let Some(limit) = options.memory_limit {
+        budget::check_memory(&schedule, &plan, limit)?;
+    }
     if options.fusion_log {
         for line in &log.notes {
             eprintln!("[rlx fusion] {line}");

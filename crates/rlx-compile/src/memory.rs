@@ -248,7 +248,15 @@ pub fn plan_memory(
     // Bytes a storage spans: its root value's bytes (views never extend past their source).
     let outside = |r: usize| params_outside && is_param(r);
     let mut order: Vec<usize> = (0..n).filter(|&r| roots[r] == r && iv[r].is_some() && !outside(r)).collect();
-    let unshared_bytes: usize = order.iter().map(|&r| bytes(r).next_multiple_of(ALIGN)).sum();
+    // Sizes are checked: each value's bytes fit a usize (the IR checks), their aligned
+    // sum may not (`rlx check` printed a wrapped total of 0 for such a graph).
+    let too_big =
+        |r: usize| Error::runtime(format!("the memory plan overflows the address space at {}", s.describe(r)));
+    let aligned = |r: usize| bytes(r).checked_next_multiple_of(ALIGN).ok_or_else(|| too_big(r));
+    let mut unshared_bytes = 0usize;
+    for &r in &order {
+        unshared_bytes = unshared_bytes.checked_add(aligned(r)?).ok_or_else(|| too_big(r))?;
+    }
     let persistent = |v: usize| matches!(s.values[v].kind, ValueKind::Param { .. } | ValueKind::Constant(_));
     // Persistent storages first (they are set once and must survive every run), then by
     // size, largest first.
@@ -257,7 +265,7 @@ pub fn plan_memory(
     let mut storage_offset = vec![0usize; n];
     let mut arena_bytes = 0usize;
     for &r in &order {
-        let size = bytes(r).next_multiple_of(ALIGN);
+        let size = aligned(r)?;
         let life = storage_iv[r].unwrap_or((-1, i64::MAX));
         let offset = if reuse {
             let mut busy: Vec<(usize, usize)> =
@@ -265,7 +273,7 @@ pub fn plan_memory(
             busy.sort_unstable();
             let mut at = 0usize;
             for (start, end) in busy {
-                if at + size <= start {
+                if at.saturating_add(size) <= start {
                     break;
                 }
                 at = at.max(end);
@@ -276,7 +284,7 @@ pub fn plan_memory(
         };
         storage_offset[r] = offset;
         placed.push((offset, size, life));
-        arena_bytes = arena_bytes.max(offset + size);
+        arena_bytes = arena_bytes.max(offset.checked_add(size).ok_or_else(|| too_big(r))?);
     }
     let param_index = |r: usize| s.params.iter().position(|&p| p == r);
     let slots = (0..n)

@@ -49,6 +49,10 @@ pub struct CompileOptions {
     /// Worker threads; `None` is `RLX_THREADS`, else every core. Results are
     /// bit-identical for every value.
     pub threads: Option<usize>,
+    /// Host bytes a compiled graph may hold (arena + params + outputs of one run); a plan
+    /// above it is refused at compile. `None`: `RLX_MEMORY_LIMIT`, else the runtime asks
+    /// the machine (available memory, cgroup and address-space limits).
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for CompileOptions {
@@ -59,6 +63,7 @@ impl Default for CompileOptions {
             memory_reuse: true,
             fusion_log: false,
             threads: None,
+            memory_limit: None,
         }
     }
 }
@@ -75,6 +80,9 @@ impl CompileOptions {
         options.fusion = !flag("RLX_NO_FUSION");
         options.memory_reuse = !flag("RLX_NO_REUSE");
         options.fusion_log = flag("RLX_FUSION_LOG");
+        if let Ok(limit) = std::env::var("RLX_MEMORY_LIMIT") {
+            options.memory_limit = Some(parse_bytes(&limit).map_err(|e| e.context("RLX_MEMORY_LIMIT"))?);
+        }
         Ok(options)
     }
 
@@ -109,4 +117,25 @@ mod tests {
         assert_eq!(PrecisionPolicy::parse("auto-mixed-f16").unwrap(), PrecisionPolicy::AutoMixedF16);
         assert!(PrecisionPolicy::parse("fp8").unwrap_err().message().contains("fp8"));
     }
+}
+
+/// A byte count: digits with an optional K / M / G / T suffix (powers of 1024, an
+/// optional `B` or `iB` after it), e.g. `4G`, `512MiB`, `1000000`.
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let upper = t.to_ascii_uppercase();
+    let body = upper.strip_suffix("IB").or_else(|| upper.strip_suffix('B')).unwrap_or(&upper);
+    let (digits, shift) = match body.chars().last() {
+        Some('K') => (&body[..body.len() - 1], 10),
+        Some('M') => (&body[..body.len() - 1], 20),
+        Some('G') => (&body[..body.len() - 1], 30),
+        Some('T') => (&body[..body.len() - 1], 40),
+        _ => (body, 0),
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| Error::input(format!("'{t}' is not a byte count (e.g. 4G, 512M, 1000000)")))
 }

@@ -30,6 +30,23 @@ pub enum Schedule {
 }
 
 impl Schedule {
+    /// Every rate a finite number >= 0: a NaN or infinite rate trains NaN losses that
+    /// look like a run (`rlx train --lr nan` did, and exited 0).
+    pub fn check(&self) -> Result<()> {
+        let rates: &[(&str, f32)] = match *self {
+            Schedule::Constant(lr) => &[("learning rate", lr)],
+            Schedule::WarmupCosine { init, peak, end, .. } => {
+                &[("initial learning rate", init), ("peak learning rate", peak), ("final learning rate", end)]
+            }
+        };
+        for &(what, v) in rates {
+            if !v.is_finite() || v < 0.0 {
+                return Err(Error::input(format!("the {what} must be a finite number >= 0, got {v}")));
+            }
+        }
+        Ok(())
+    }
+
     pub fn rate(&self, step: u64) -> f32 {
         match *self {
             Schedule::Constant(lr) => lr,

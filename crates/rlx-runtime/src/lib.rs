@@ -12,6 +12,7 @@ pub mod cpu {
     pub use rlx_cpu::threads::default_threads;
     pub use rlx_cpu::{bench, kernel_arms};
 }
+pub mod memory;
 mod session;
 
 pub use rlx_compile::{CompileOptions, PrecisionPolicy};

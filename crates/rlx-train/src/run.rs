@@ -73,7 +73,15 @@ pub fn train_digits(
     let data = Digits::load()?;
     let (train, test) = data.split(cfg.held_out, cfg.seed);
     let example = network.example.clone();
-    let per_epoch = train.len() / cfg.batch;
+    if cfg.batch > train.len() {
+        // Whole batches only: a larger one would run 0 steps and report an untrained net.
+        return Err(rlx_ir::Error::input(format!(
+            "the batch size {} is larger than the {} training examples",
+            cfg.batch,
+            train.len()
+        )));
+    }
+    let per_epoch = train.len() / cfg.batch.max(1);
     let steps = cfg.epochs * per_epoch;
     let schedule = Schedule::WarmupCosine {
         init: 0.0,

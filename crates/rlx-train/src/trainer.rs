@@ -54,6 +54,7 @@ impl Trainer {
         if batch == 0 {
             return Err(rlx_ir::Error::input("the batch size must be at least 1"));
         }
+        schedule.check()?;
         let session = Session::new(device)?;
         let names: Vec<&str> = network.params.iter().map(|p| p.name.as_str()).collect();
         let grad = grad_with_loss(&network.graph(batch)?, &names)?;

@@ -10,6 +10,7 @@
 //! step's outputs.
 
 use crate::buffer::{Class, Elem};
+use rlx_ir::shape::fmt_type;
 use rlx_ir::{DType, Error, HostTensor, Result, encode_le};
 use std::marker::PhantomData;
 
@@ -121,7 +122,15 @@ pub fn read_host(src: &[u8], class: Class, dtype: DType, dims: &[usize]) -> Resu
             crate::kernels::elementwise::narrow_to_half(dtype, &values, &mut halves);
             encode_le(&halves, u16::to_le_bytes)
         }
-        (c, d) if c == Class::for_storage(d, d.size_bytes())? => src.to_vec(),
+        (c, d) if c == Class::for_storage(d, d.size_bytes())? => {
+            // Output sizes are the user's: a failed allocation is an error, not an abort.
+            let mut bytes = Vec::new();
+            bytes.try_reserve_exact(src.len()).map_err(|_| {
+                Error::runtime(format!("cannot allocate {} bytes for an output {}", src.len(), fmt_type(d, dims)))
+            })?;
+            bytes.extend_from_slice(src);
+            bytes
+        }
         (c, d) => return Err(Error::internal(format!("read_host: {d} tensor from {c:?} storage"))),
     };
     HostTensor::from_bytes(dtype, dims, bytes)

@@ -595,7 +595,7 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         Kernel::Unary(u) => elementwise::unary(*u, class, arm, ins, out),
         Kernel::Cast { from, to } => elementwise::cast(*from, *to, ins, out),
         Kernel::MatMul(p) => matmul::matmul(p, class, ins, out),
-        Kernel::Reduce(p) => reduce::reduce(p, class, ins, out),
+        Kernel::Reduce(p) => reduce::reduce(p, class, arm, ins, out),
         Kernel::ArgMax(s) => reduce::argmax(s, class, ins, out),
         Kernel::Softmax { split, log } => softmax::softmax(split, *log, class, arm, ins, out),
         Kernel::Norm(p) => norm::norm(p, class, arm, ins, out),

@@ -242,8 +242,11 @@ impl Op {
             Op::Conv2d { bias, .. } => Arity::Exactly(2 + *bias as usize),
             Op::Attention { mask, .. } => Arity::Exactly(3 + mask.has_operand() as usize),
             Op::Concat { .. } => Arity::AtLeast(1),
-            Op::Scan { n_carry, n_bcast, .. } => Arity::AtLeast(n_carry + n_bcast + 1),
-            Op::ScanGrad { n_carry, n_bcast, .. } => Arity::AtLeast(2 * n_carry + n_bcast + 1),
+            // Counts from a document: saturating, so 2^64 - 1 cannot wrap to a small arity.
+            Op::Scan { n_carry, n_bcast, .. } => Arity::AtLeast(n_carry.saturating_add(*n_bcast).saturating_add(1)),
+            Op::ScanGrad { n_carry, n_bcast, .. } => {
+                Arity::AtLeast(n_carry.saturating_mul(2).saturating_add(*n_bcast).saturating_add(1))
+            }
         }
     }
 

@@ -6,14 +6,50 @@
 //! `prod` 1, `mean` NaN (0/0). `mean` takes floats; the others floats and integers
 //! (integers wrap).
 //!
-//! Reference semantics: `sum`/`prod`/`mean` accumulate in the compute type in row-major
-//! order of the input; `max`/`min` return NaN if any reduced element is NaN.
+//! Reference semantics: the reduced elements of each output, taken row-major over the
+//! reduced axes, form its sequence `v[0..n)`. A float `sum` (and `mean`, which divides
+//! it by `n` once) adds them in the blocked pairwise order [`pairwise_sum`] defines:
+//! runs of at most `SUM_BLOCK` elements each fold into `SUM_LANES` lanes (element `j`
+//! into lane `j % SUM_LANES`, in order, from +0), the lanes combine as a halving tree
+//! (`lane[i] + lane[i + w]` for w = 8, 4, 2, 1), and a longer sequence splits after
+//! `ceil(blocks / 2)` blocks into two halves summed the same way and added. The error
+//! bound is O((SUM_BLOCK / SUM_LANES + log2 n) eps sum|v|), like NumPy's pairwise sum and
+//! unlike one running sum (whose f32 sum of 2e7 ones stops at 16777216), and the order is
+//! the same for every layout, ISA and thread count. Integer sums wrap (any order gives
+//! the same value); `prod` multiplies in sequence order in the compute type;
+//! `max`/`min` return NaN if any reduced element is NaN.
 //! `argmax` returns the i64 index of the first maximum along `axis`; a NaN counts as
 //! the maximum (first NaN wins, as in NumPy).
 
 use super::{Op, Operand, check_axis};
 use crate::{DType, Error, Graph, NodeId, Result};
 use serde::{Deserialize, Serialize};
+
+/// Elements of a leaf run of the pairwise sum (32 per lane: the first-order error term).
+pub const SUM_BLOCK: usize = 512;
+/// Accumulator lanes of a leaf run (one AVX-512 register of f32, two of AVX2).
+pub const SUM_LANES: usize = 16;
+
+/// The float sum of `v` in the reference order (module docs), in f64 or f32: the
+/// definition backends follow and tests compare against.
+pub fn pairwise_sum<T: Copy + Default + std::ops::Add<Output = T>>(v: &[T]) -> T {
+    if v.len() > SUM_BLOCK {
+        let (l, r) = v.split_at(v.len().div_ceil(SUM_BLOCK).div_ceil(2) * SUM_BLOCK);
+        return pairwise_sum(l) + pairwise_sum(r);
+    }
+    let mut lanes = [T::default(); SUM_LANES];
+    for (j, &x) in v.iter().enumerate() {
+        lanes[j % SUM_LANES] = lanes[j % SUM_LANES] + x;
+    }
+    let mut w = SUM_LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            lanes[i] = lanes[i] + lanes[i + w];
+        }
+        w /= 2;
+    }
+    lanes[0]
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -59,12 +59,14 @@ fn check_loop(
         return Err(Error::graph(format!("scan body has a param {}: pass it as a bcast input", body.describe(*p))));
     }
     let types = body_types(body);
-    let n_xs = ins.len().checked_sub(n_carry + n_bcast).filter(|&n| n > 0).ok_or_else(|| {
-        Error::graph(format!(
-            "scan needs {n_carry} inits, {n_bcast} bcast values and at least one sequence; got {} operands",
-            ins.len()
-        ))
-    })?;
+    // Counts come from documents: checked, so a huge `n_bcast` cannot wrap the sum.
+    let n_xs =
+        n_carry.checked_add(n_bcast).and_then(|k| ins.len().checked_sub(k)).filter(|&n| n > 0).ok_or_else(|| {
+            Error::graph(format!(
+                "scan needs {n_carry} inits, {n_bcast} bcast values and at least one sequence; got {} operands",
+                ins.len()
+            ))
+        })?;
     if types.len() != ins.len() {
         return Err(Error::graph(format!(
             "scan body takes {} inputs, but {n_carry} carries + {n_bcast} bcast + {n_xs} sequences are given",
@@ -160,14 +162,16 @@ pub(crate) fn infer_scan_grad(
         }
     }
     let term = |k: usize| (grad_body.dtype(grad_body.outputs()[k]), grad_body.dims(grad_body.outputs()[k]).to_vec());
+    // check_loop bounded n_carry + n_bcast + n_xs by the operand count; the output's own
+    // index is a document's number too.
     let (index, limit) = match output {
-        ScanGradOutput::Carry(i) => (i, n_carry),
-        ScanGradOutput::Bcast(j) => (n_carry + j, n_carry + n_bcast),
-        ScanGradOutput::Xs(k) => (n_carry + n_bcast + k, n_carry + n_bcast + n_xs),
+        ScanGradOutput::Carry(i) => (Some(i), n_carry),
+        ScanGradOutput::Bcast(j) => (n_carry.checked_add(j), n_carry + n_bcast),
+        ScanGradOutput::Xs(k) => ((n_carry + n_bcast).checked_add(k), n_carry + n_bcast + n_xs),
     };
-    if index >= limit {
+    let Some(index) = index.filter(|&i| i < limit) else {
         return Err(Error::graph(format!("scan_grad has no {output:?}")));
-    }
+    };
     let (dt, dims) = term(index);
     Ok(match output {
         ScanGradOutput::Xs(_) => (dt, [&[len][..], &dims].concat()),

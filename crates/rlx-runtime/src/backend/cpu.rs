@@ -14,7 +14,9 @@ impl Backend for CpuBackend {
 
     fn compile(&self, graph: &Graph, options: &CompileOptions) -> Result<Box<dyn Executable>> {
         let threads = options.threads.unwrap_or_else(rlx_cpu::threads::default_threads);
-        Ok(Box::new(CpuProgram::compile(graph, options, threads)?))
+        let mut options = options.clone();
+        options.memory_limit = options.memory_limit.or_else(crate::memory::available_bytes);
+        Ok(Box::new(CpuProgram::compile(graph, &options, threads)?))
     }
 }
 

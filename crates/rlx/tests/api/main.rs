@@ -3,6 +3,7 @@
 mod boundary;
 mod errors;
 mod json;
+mod limits;
 mod params;
 mod session;
 mod threads;

@@ -191,3 +191,75 @@ fn argmax_picks_the_first_maximum() {
     let got = eval_ok(&[x], |g, x| g.argmax(x[0], 1, true));
     assert_exact_i64(&got, DType::I64, &[2, 1], &[1, 1], "argmax nan");
 }
+
+/// f32 sums and means of 2e7 ones are exact (a running f32 sum stops at 2^24 =
+/// 16777216, a mean of 0.8389): the blocked pairwise order keeps every partial sum an
+/// integer below 2^24.
+#[test]
+fn sum_and_mean_of_twenty_million_ones_are_exact() {
+    let n = 20_000_000;
+    let x = input(DType::F32, &[n], vec![1.0; n]);
+    let got = eval_ok(&[x], |g, x| g.reduce(ReduceOp::Sum, x[0], &[0], false));
+    assert_exact(&got, DType::F32, &[], &[2e7], "sum of 2e7 ones");
+    let x = input(DType::F32, &[n], vec![1.0; n]);
+    let got = eval_ok(&[x], |g, x| g.reduce(ReduceOp::Mean, x[0], &[0], false));
+    assert_exact(&got, DType::F32, &[], &[1.0], "mean of 2e7 ones");
+}
+
+/// Levels of rounding in the CPU's pairwise order over `n` elements: 32 per lane in a
+/// leaf run, 4 in the lane tree, one per level of the block tree.
+fn pairwise_depth(n: usize) -> f64 {
+    use rlx::ir::ops::reduce::{SUM_BLOCK, SUM_LANES};
+    let blocks = n.div_ceil(SUM_BLOCK).max(1);
+    (SUM_BLOCK / SUM_LANES) as f64 + SUM_LANES.ilog2() as f64 + blocks.next_power_of_two().ilog2() as f64
+}
+
+/// Float sums at odd and large sizes, in every layout, against the f64 sum with the
+/// first-order bound of the pairwise order (depth x u x sum|x|); a running f32 sum over
+/// 1e6 values in [0, 1) misses this bound by ~20x. Bit for bit, every layout returns
+/// what `rlx_ir`'s reference `pairwise_sum` gives on the same sequence in f32.
+#[test]
+fn float_sums_follow_the_pairwise_order_in_every_layout() {
+    if test_device() != Device::Cpu {
+        return; // the GPU adds in its own tree order; tests/gpu bounds it
+    }
+    let mut rng = Rng::new(22);
+    for n in [1usize, 3, 17, 512, 513, 1000, 1025, 4097, 100_000, 1_000_000] {
+        let x = rand_input(&mut rng, DType::F32, &[n], 0.0, 1.0);
+        let exact: f64 = x.values.iter().sum();
+        let f32s: Vec<f32> = x.values.iter().map(|&v| v as f32).collect();
+        let order = rlx::ir::ops::reduce::pairwise_sum(&f32s) as f64;
+        let got = eval_ok(&[x], |g, x| g.reduce(ReduceOp::Sum, x[0], &[0], false)).to_f64_vec()[0];
+        let tol = pairwise_depth(n) * compute_u(DType::F32) * exact;
+        assert!(
+            (got - exact).abs() <= tol,
+            "sum of {n}: got {got}, f64 {exact}, |diff| {} > {tol}",
+            (got - exact).abs()
+        );
+        assert_eq!(got, order, "sum of {n}: not the reference pairwise order");
+    }
+    // The same sequences laid out as columns ([n, 3] over axis 0), as a middle axis
+    // ([2, n, 3] over axis 1) and scattered ([n, 2, 3] over axes 0 and 2, whose sequence
+    // is row-major over (axis 0, axis 2)): every output equals the reference on its own
+    // sequence, and the mean is that sum divided once.
+    for n in [1usize, 17, 1000, 1025, 20_000] {
+        for (dims, axes) in [(vec![n, 3], vec![0]), (vec![2, n, 3], vec![1]), (vec![n, 2, 3], vec![0, 2])] {
+            let x = rand_input(&mut rng, DType::F32, &dims, -1.0, 1.0);
+            let (out, _, _) = reference(ReduceOp::Sum, &x, &axes, false);
+            let mut seqs: Vec<Vec<f32>> = vec![Vec::new(); out.iter().product()];
+            for (flat, &v) in x.values.iter().enumerate() {
+                let idx = unravel(flat, &dims);
+                let kept: Vec<usize> = (0..dims.len()).filter(|a| !axes.contains(a)).map(|a| idx[a]).collect();
+                seqs[ravel(&kept, &out)].push(v as f32);
+            }
+            let sums: Vec<f64> = seqs.iter().map(|s| rlx::ir::ops::reduce::pairwise_sum(s) as f64).collect();
+            let x2 = In { dtype: x.dtype, dims: x.dims.clone(), values: x.values.clone() };
+            let got = eval_ok(&[x], |g, x| g.reduce(ReduceOp::Sum, x[0], &axes, false));
+            assert_exact(&got, DType::F32, &out, &sums, &format!("sum {dims:?} axes {axes:?}"));
+            let means: Vec<f64> =
+                sums.iter().map(|&s| (s as f32 / (n * if axes.len() == 2 { 3 } else { 1 }) as f32) as f64).collect();
+            let got = eval_ok(&[x2], |g, x| g.reduce(ReduceOp::Mean, x[0], &axes, false));
+            assert_exact(&got, DType::F32, &out, &means, &format!("mean {dims:?} axes {axes:?}"));
+        }
+    }
+}
