@@ -61,6 +61,7 @@ fn digits(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
     };
     let data = rlx::train::Digits::load()?;
     let (train_set, held_set) = data.split(cfg.held_out, cfg.seed);
+    cfg.check(train_set.len())?;
     println!(
         "rlx train {}: {} training / {} held-out digits (8x8), {} params, {} lr {} (warmup + cosine), batch {}, {} epochs, seed {}",
         args.model,
@@ -184,6 +185,10 @@ fn char_model(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
     let batch = args.batch.unwrap_or(16);
     let steps = args.epochs.unwrap_or(400);
     let lr = args.lr.unwrap_or(3e-3);
+    if batch == 0 {
+        return Err(Error::input("the batch size must be at least 1"));
+    }
+    Schedule::Constant(lr).check()?;
     println!(
         "rlx train char: {} characters ({} distinct), transformer {} layers x {} dims, {} params, {steps} steps of {batch} windows of {}",
         ids.len(),

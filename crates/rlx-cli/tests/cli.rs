@@ -361,6 +361,51 @@ fn train_reports_epochs_and_writes_the_loss_curve() {
     }
 }
 
+/// Settings that trained nothing (or NaN) and exited 0, or took 55 s, are one error line
+/// naming the setting.
+#[test]
+fn train_refuses_settings_that_would_train_nothing() {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let threads = (1000 * cores).to_string();
+    let cases: [(&[&str], &str); 8] = [
+        (&["train", "mlp", "--lr", "nan"], "learning rate must be a finite number >= 0, got NaN"),
+        (&["train", "mlp", "--lr", "inf"], "got inf"),
+        (&["train", "char", "--lr=-inf"], "got -inf"),
+        (&["train", "mlp", "--batch", "0"], "the batch size must lie in 1..=1438"),
+        (&["train", "cnn", "--batch", "5000"], "got 5000"),
+        (&["train", "char", "--batch", "0"], "the batch size must be at least 1"),
+        (&["train", "mlp", "--threads", &threads], "per core"),
+        (&["train", "char", "--threads", &threads], "per core"),
+    ];
+    for (args, needle) in cases {
+        let o = rlx(args);
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.lines().count() == 1 && err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// `rlx run` prints integers exactly (2^53 + 1 came out as 9007199254740992 through f64)
+/// and converts only the values it shows.
+#[test]
+fn run_prints_exact_integers() {
+    let dir = scratch("run_i64");
+    let mut g = Graph::new("ints");
+    let x = g.input("x", DType::I64, &[10]).unwrap();
+    let y = g.unary(Unary::Neg, x).unwrap();
+    g.set_outputs(&[x, y]).unwrap();
+    let path = dir.join("ints.json");
+    std::fs::write(&path, g.to_json().unwrap()).unwrap();
+    let big = (1i64 << 53) + 1;
+    let values: Vec<i64> = (0..10).map(|i| big + i).collect();
+    let x = write(&dir, "x.npy", &HostTensor::from_i64(&[10], &values).unwrap());
+    let o = rlx(&["run", path.to_str().unwrap(), "--input", &format!("x={x}")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("output 0: i64[10] [9007199254740993, 9007199254740994,"), "{out}");
+    assert!(out.contains("9007199254741000, ...]"), "{out}");
+    assert!(out.contains("output 1: i64[10] [-9007199254740993,"), "{out}");
+}
+
 /// `rlx check --backend gpu` lists the steps that run on the host; `rlx run --device gpu`
 /// computes what the CPU does. Without a usable GPU the list is "unknown" (and the run
 /// fails with the reason), unless RLX_REQUIRE_DEVICE=1.

@@ -42,6 +42,19 @@ impl RunConfig {
     pub fn cnn() -> RunConfig {
         RunConfig { epochs: 12, ..RunConfig::mlp() }
     }
+
+    /// Refuses settings that would train nothing while looking like a run: a batch of 0,
+    /// or larger than the `examples` there are (whole batches only: 0 steps), and a
+    /// learning rate that is not a finite number >= 0.
+    pub fn check(&self, examples: usize) -> Result<()> {
+        if self.batch == 0 || self.batch > examples {
+            return Err(rlx_ir::Error::input(format!(
+                "the batch size must lie in 1..={examples} (the training examples), got {}",
+                self.batch
+            )));
+        }
+        Schedule::Constant(self.lr).check()
+    }
 }
 
 /// One epoch's figures.
@@ -73,15 +86,8 @@ pub fn train_digits(
     let data = Digits::load()?;
     let (train, test) = data.split(cfg.held_out, cfg.seed);
     let example = network.example.clone();
-    if cfg.batch > train.len() {
-        // Whole batches only: a larger one would run 0 steps and report an untrained net.
-        return Err(rlx_ir::Error::input(format!(
-            "the batch size {} is larger than the {} training examples",
-            cfg.batch,
-            train.len()
-        )));
-    }
-    let per_epoch = train.len() / cfg.batch.max(1);
+    cfg.check(train.len())?;
+    let per_epoch = train.len() / cfg.batch;
     let steps = cfg.epochs * per_epoch;
     let schedule = Schedule::WarmupCosine {
         init: 0.0,
