@@ -1,6 +1,7 @@
 //! The public API's contract: boundary conversions, error messages, JSON, devices.
 
 mod boundary;
+mod docs;
 mod errors;
 mod json;
 mod limits;
