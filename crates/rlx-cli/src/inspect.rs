@@ -18,7 +18,9 @@ pub fn inspect(path: &Path) -> Result<()> {
         println!("{:>5}  {:<14} {:<22} {label}", id.to_string(), node.op().name(), fmt_type(node.dtype(), node.dims()));
     }
     let section = |title: &str, ids: &[NodeId]| {
-        let bytes: usize = ids.iter().map(|&i| numel(g.dims(i)) * g.dtype(i).size_bytes()).sum();
+        // Totals in u128: each tensor's bytes fit a usize (the IR checks), their sum may
+        // not (it printed 0 for such a graph).
+        let bytes: u128 = ids.iter().map(|&i| numel(g.dims(i)) as u128 * g.dtype(i).size_bytes() as u128).sum();
         println!();
         println!("{title} ({}, {bytes} bytes):", ids.len());
         for &i in ids {
@@ -29,7 +31,7 @@ pub fn inspect(path: &Path) -> Result<()> {
     section("inputs", &g.inputs());
     section("params", &g.params());
     section("outputs", g.outputs());
-    let elems: usize = g.params().iter().map(|&p| numel(g.dims(p))).sum();
+    let elems: u128 = g.params().iter().map(|&p| numel(g.dims(p)) as u128).sum();
     println!();
     println!("{elems} parameter elements");
     Ok(())

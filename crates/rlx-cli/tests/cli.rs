@@ -440,3 +440,31 @@ fn gpu_backend_from_the_command_line() {
         None => assert!(!required && doc["host_fallbacks"]["unknown"].is_string(), "{doc}"),
     }
 }
+
+/// Byte totals past usize: `inspect` prints the exact sum (it wrapped to 0), `check`
+/// and `run` refuse the plan in one line.
+#[test]
+fn huge_graphs_print_true_totals_and_are_refused_cleanly() {
+    let dir = scratch("huge");
+    let mut g = Graph::new("huge");
+    let xs: Vec<NodeId> = (0..5).map(|i| g.input(&format!("x{i}"), DType::F32, &[1 << 60]).unwrap()).collect();
+    let mut s = xs[0];
+    for &x in &xs[1..] {
+        s = g.add(s, x).unwrap();
+    }
+    g.set_outputs(&[s]).unwrap();
+    let path = dir.join("huge.json");
+    std::fs::write(&path, g.to_json().unwrap()).unwrap();
+    let o = rlx(&["inspect", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let total = 5u128 * (1 << 60) * 4;
+    assert!(stdout(&o).contains(&format!("inputs (5, {total} bytes)")), "{}", stdout(&o));
+    for cmd in [&["check", path.to_str().unwrap()][..], &["run", path.to_str().unwrap()]] {
+        let o = rlx(cmd);
+        let err = stderr(&o);
+        assert!(
+            !o.status.success() && err.lines().count() == 1 && err.contains("overflows the address space"),
+            "{cmd:?}: {err}"
+        );
+    }
+}
