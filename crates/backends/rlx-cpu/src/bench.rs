@@ -142,6 +142,36 @@ pub fn numpy_rates(functions: &[&str], n: usize) -> Option<Vec<f64>> {
     (rates.len() == functions.len()).then_some(rates)
 }
 
+/// NumPy's float32 `x.sum()` (pairwise, SIMD) rate in Melem/s over `n` elements.
+fn numpy_sum_rate(n: usize) -> Option<f64> {
+    let script = format!(
+        "import numpy as np, timeit\n\
+         x = np.random.default_rng(0).random({n}, dtype=np.float32)\n\
+         print({n} / (min(timeit.repeat(lambda: x.sum(), number=50, repeat=5)) / 50) / 1e6)\n"
+    );
+    let out = std::process::Command::new("python3").args(["-c", &script]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok().filter(|_| out.status.success())
+}
+
+/// Melem/s of a compiled `reduce_sum` over a param of `n` f32 (one output).
+pub fn sum_program_melems(n: usize) -> rlx_ir::Result<f64> {
+    use rlx_ir::{DType, Graph, HostTensor, ReduceOp};
+    let mut g = Graph::new("sum");
+    let x = g.param("x", DType::F32, &[n])?;
+    let s = g.reduce(ReduceOp::Sum, x, &[0], false)?;
+    g.set_outputs(&[s])?;
+    let mut program = crate::CpuProgram::compile(&g, &rlx_compile::CompileOptions::default(), 1)?;
+    let values: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 1e-3).collect();
+    program.set_param(0, &HostTensor::from_f32(&[n], &values)?)?;
+    let mut failed = None;
+    let secs = seconds_per_call(|| {
+        if let Err(e) = program.run(&[]) {
+            failed = Some(e);
+        }
+    });
+    failed.map_or(Ok(n as f64 / secs / 1e6), Err)
+}
+
 /// Melem/s of `kernel` over `x`.
 fn melems(x: &[f32], mut kernel: impl FnMut(&[f32], &mut [f32])) -> f64 {
     let mut out = vec![0f32; x.len()];
@@ -263,6 +293,23 @@ pub fn kernel_suite() -> Vec<Row> {
         unit: "Melem/s",
         ours,
         anchors: vec![Anchor::new("scalar libm loop", Some(scalar), Some(2.5))],
+    });
+
+    // A float sum in the pairwise order, against NumPy's pairwise sum and one running
+    // f32 sum (the order RLX used before, whose error grows with n).
+    let running = n as f64
+        / seconds_per_call(|| {
+            black_box(black_box(&x).iter().fold(0f32, |a, &v| a + v));
+        })
+        / 1e6;
+    table.push(Row {
+        name: "sum of 1M f32 (param -> reduce, pairwise)".into(),
+        unit: "Melem/s",
+        ours: sum_program_melems(n).unwrap_or(f64::NAN),
+        anchors: vec![
+            Anchor::new("NumPy f32 x.sum()", numpy_sum_rate(n), Some(1.0)),
+            Anchor::new("running f32 sum loop", Some(running), None),
+        ],
     });
 
     // SGEMM 1024^3 through a compiled graph.
