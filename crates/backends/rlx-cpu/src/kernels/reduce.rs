@@ -126,11 +126,8 @@ fn sum<T: Pairwise>(plan: &ReducePlan, arm: Arm, x: &[T], out: &mut [T]) -> Resu
         Some([_, _, 0]) => {}
         // Contiguous runs: one pairwise sum per output.
         Some([_, _, 1]) => {
-            for (o, run) in out.iter_mut().zip(x.chunks_exact(r.max(1))) {
-                *o = T::sum_run(arm, &run[..r]);
-            }
-            if r == 0 {
-                out.fill(T::ZERO);
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = T::sum_run(arm, &x[i * r..(i + 1) * r]);
             }
         }
         // `r` rows of `inner` columns per output block: the same order per column,
