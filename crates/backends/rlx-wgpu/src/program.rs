@@ -16,10 +16,19 @@ use std::borrow::Cow;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
-/// A value's bytes: in the arena (`param` None) or a param's buffer.
+/// The buffer a place lies in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Buf {
+    Arena,
+    Param(usize),
+    /// The program's scratch buffer: partials a step's passes hand to each other.
+    Scratch,
+}
+
+/// A value's bytes: in the arena, a param's buffer, or the scratch buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Place {
-    param: Option<usize>,
+    buf: Buf,
     offset: u64,
     bytes: u64,
 }
@@ -89,6 +98,9 @@ pub struct GpuProgram {
     gpu: Arc<Gpu>,
     compiled: Compiled,
     arena: wgpu::Buffer,
+    /// Scratch regions of multi-pass kernels (every step's laid out from offset 0: steps
+    /// run one after another).
+    scratch: wgpu::Buffer,
     meta: wgpu::Buffer,
     param_buffers: Vec<Option<Arc<wgpu::Buffer>>>,
     /// Per param, the host buffer it was bound to (kept alive: its identity keys the
@@ -174,7 +186,11 @@ impl GpuProgram {
         }
         let arena = storage_buffer(&gpu, "rlx arena", plan.arena_bytes as u64);
         let place = |v: usize| -> Option<Place> {
-            plan.slots[v].map(|s| Place { param: s.param, offset: s.offset as u64, bytes: s.bytes as u64 })
+            plan.slots[v].map(|s| Place {
+                buf: s.param.map_or(Buf::Arena, Buf::Param),
+                offset: s.offset as u64,
+                bytes: s.bytes as u64,
+            })
         };
         let tensor = |v: usize| -> Tensor {
             let value = &schedule.values[v];
@@ -216,6 +232,7 @@ impl GpuProgram {
         let mut pending: Vec<(usize, Call, Vec<Place>)> = Vec::new();
         let mut host: Vec<(usize, Action)> = Vec::new();
         let mut host_fallbacks = Vec::new();
+        let mut scratch_bytes = 0u64;
         let mut labels = Vec::new();
         let mut checked = Vec::new();
         for (i, step) in schedule.steps.iter().enumerate() {
@@ -246,7 +263,31 @@ impl GpuProgram {
             let outs: Vec<Tensor> = step.outputs.iter().map(|&v| tensor(v)).collect();
             let in_place = places[0] == places[ins.len()];
             match calls(&step.kernel, &ins, &outs[0], in_place, int64) {
-                Some(cs) => pending.extend(cs.into_iter().map(|c| (i, c, places.clone()))),
+                Some(cs) => {
+                    // The step's scratch regions, each as large as its largest use.
+                    let mut regions: Vec<u64> = Vec::new();
+                    for c in &cs {
+                        regions.resize(regions.len().max(c.scratch.len()), 0);
+                        for (r, &b) in regions.iter_mut().zip(&c.scratch) {
+                            *r = (*r).max(b);
+                        }
+                    }
+                    let mut step_places = places.clone();
+                    let mut at = 0u64;
+                    for bytes in regions {
+                        step_places.push(Place { buf: Buf::Scratch, offset: at, bytes });
+                        at += bytes.next_multiple_of(8);
+                    }
+                    scratch_bytes = scratch_bytes.max(at);
+                    for mut c in cs {
+                        for (k, _) in &mut c.operands {
+                            if *k >= kernels::SCRATCH {
+                                *k = *k - kernels::SCRATCH + places.len();
+                            }
+                        }
+                        pending.push((i, c, step_places.clone()));
+                    }
+                }
                 None => {
                     let StepKernel::Op(op) = &step.kernel else {
                         return Err(Error::unsupported(format!("gpu: no kernel for step {i}: {label}")));
@@ -258,6 +299,13 @@ impl GpuProgram {
                 }
             }
         }
+        if scratch_bytes > max {
+            return Err(Error::unsupported(format!(
+                "gpu: the graph needs {scratch_bytes} scratch bytes; '{}' binds at most {max} bytes",
+                gpu.info.name
+            )));
+        }
+        let scratch = storage_buffer(&gpu, "rlx scratch", scratch_bytes);
         let align = u64::from(gpu.limits.min_storage_buffer_offset_alignment).max(4);
         let mut meta_bytes: Vec<u8> = Vec::new();
         let mut chunks = Vec::new();
@@ -317,6 +365,7 @@ impl GpuProgram {
             gpu,
             compiled,
             arena,
+            scratch,
             param_buffers,
             inputs,
             params,
@@ -392,9 +441,10 @@ impl GpuProgram {
     }
 
     fn buffer(&self, p: Place) -> &wgpu::Buffer {
-        match p.param {
-            None => &self.arena,
-            Some(i) => self.param_buffers[i].as_ref().expect("a placed param has a buffer"),
+        match p.buf {
+            Buf::Arena => &self.arena,
+            Buf::Scratch => &self.scratch,
+            Buf::Param(i) => self.param_buffers[i].as_ref().expect("a placed param has a buffer"),
         }
     }
 
@@ -595,12 +645,12 @@ fn calls(kernel: &StepKernel, ins: &[Tensor], out: &Tensor, in_place: bool, int6
             one(elementwise::single(op, ins, out, int64))
         }
         Op::MatMul => one(matmul::matmul(&ins[0], &ins[1], out, int64)),
-        Op::Reduce { op, axes, .. } => one(reduce::reduce(*op, axes, &ins[0], out, int64)),
-        Op::ArgMax { axis, .. } => one(reduce::argmax(*axis, &ins[0], out, int64)),
-        Op::Softmax { axis } => one(softmax::softmax(*axis, false, &ins[0], out)),
-        Op::LogSoftmax { axis } => one(softmax::softmax(*axis, true, &ins[0], out)),
-        Op::LayerNorm { eps, gamma, beta } => one(norm::norm(false, eps.0, *gamma, *beta, &ins[0], out)),
-        Op::RmsNorm { eps, gamma } => one(norm::norm(true, eps.0, *gamma, false, &ins[0], out)),
+        Op::Reduce { op, axes, .. } => reduce::reduce(*op, axes, &ins[0], out, int64),
+        Op::ArgMax { axis, .. } => reduce::argmax(*axis, &ins[0], out, int64),
+        Op::Softmax { axis } => softmax::softmax(*axis, false, &ins[0], out),
+        Op::LogSoftmax { axis } => softmax::softmax(*axis, true, &ins[0], out),
+        Op::LayerNorm { eps, gamma, beta } => norm::norm(false, eps.0, *gamma, *beta, &ins[0], out),
+        Op::RmsNorm { eps, gamma } => norm::norm(true, eps.0, *gamma, false, &ins[0], out),
         Op::Reshape { .. } => one(Some(layout::copy_flat((0, 1), ins[0].copy_word()?, out.numel()))),
         Op::Transpose { perm } => one(layout::transpose(perm, &ins[0], out)),
         Op::Narrow { axis, start, .. } => one(layout::narrow(*axis, *start, &ins[0], out)),
@@ -608,7 +658,7 @@ fn calls(kernel: &StepKernel, ins: &[Tensor], out: &Tensor, in_place: bool, int6
         Op::Concat { axis } => layout::concat(*axis, ins, out),
         Op::Gather => one(gather::gather(&ins[0], &ins[1], out)),
         Op::ScatterAdd { .. } => one(gather::scatter_add(&ins[0], &ins[1], out)),
-        Op::CrossEntropy => one(loss::cross_entropy(&ins[0], &ins[1], out)),
+        Op::CrossEntropy => loss::cross_entropy(&ins[0], &ins[1], out),
         Op::KvAppend { axis } => {
             let append = kv_cache::kv_append(*axis, &ins[0], &ins[1], &ins[2])?;
             if in_place {

@@ -10,6 +10,7 @@ use rlx::prelude::*;
 use rlx_corpus::{Case, cases, every_value_as_output, low_precision_cases, narrowest_unit_roundoff, tolerance};
 
 mod kernels;
+mod large;
 mod llm;
 
 /// Whether the GPU runs here; panics instead of skipping under `RLX_REQUIRE_DEVICE=1`.

@@ -11,7 +11,7 @@ const CHUNK: usize = 256;
 /// Output columns per thread: `dv` up to 256.
 const OUTS_PER_THREAD: usize = 4;
 
-use super::{Call, IDX64, Tensor, Word, index_expr, store_round, strides, u32s};
+use super::{Call, IDX64, Tensor, Word, index_expr, store_round, strides, u32s, within_loop_limit};
 use rlx_ir::MaskKind;
 
 pub fn attention(mask: MaskKind, scale: Option<f32>, ins: &[Tensor], out: &Tensor) -> Option<Call> {
@@ -54,6 +54,10 @@ pub fn attention(mask: MaskKind, scale: Option<f32>, ins: &[Tensor], out: &Tenso
     if dv > 64 * OUTS_PER_THREAD || b > 65535 || hq > 65535 || sq > 65535 {
         return None;
     }
+    // Per pass of CHUNK keys a thread loops: its CHUNK / 64 scores of d products, two
+    // 6-level combines, its exponentials, OUTS_PER_THREAD columns over the chunk's keys.
+    let per_pass = (CHUNK / 64) * (1 + d) + 12 + CHUNK / 64 + OUTS_PER_THREAD * (1 + CHUNK);
+    within_loop_limit(skv.div_ceil(CHUNK).saturating_mul(per_pass) + OUTS_PER_THREAD)?;
     let store = store_round(out.dtype, "acc[t] / total");
     let body = format!(
         r#"{IDX64}fn causal_len(len: i32, qi: u32, sq: u32, skv: u32) -> u32 {{

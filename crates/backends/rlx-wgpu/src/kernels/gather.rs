@@ -1,7 +1,7 @@
 //! Gather (embedding rows) and its transpose, scatter-add. An index outside the table
 //! sets the error flag (the CPU's message), never a wrap or a clamp.
 
-use super::{Call, IDX64, Tensor, index_expr, u32s};
+use super::{Call, IDX64, Tensor, index_expr, u32s, within_loop_limit};
 
 /// `out[i..] = table[indices[i..]]`; an index outside the table sets the error flag.
 pub fn gather(table: &Tensor, index: &Tensor, out: &Tensor) -> Option<Call> {
@@ -41,6 +41,8 @@ pub fn scatter_add(index: &Tensor, updates: &Tensor, out: &Tensor) -> Option<Cal
     let rows = out.dims[0];
     let row = out.numel().checked_div(rows).unwrap_or(0);
     let count = index.numel();
+    // Each thread scans every index once.
+    within_loop_limit(count)?;
     let ty = word.wgsl();
     let body = format!(
         "{IDX64}fn item(i: u32) {{

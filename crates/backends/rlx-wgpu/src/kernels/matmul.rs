@@ -5,9 +5,14 @@
 //! compute type (f32 for f32/f16/bf16, wrapping i32 / i64 for integers) and rounds once
 //! on store, as the CPU's GEMMs do.
 
-use super::{Call, Tensor, store_round, strides, u32s};
+use super::{Call, Tensor, store_round, strides, u32s, within_loop_limit};
 
 const TILE: usize = 64;
+/// Loop iterations an invocation runs per 16-wide step of k, as lavapipe counts them: a
+/// 1 x k by k x 2 product came out wrong from k = 61,000 (3,813 steps) and right at
+/// 55,000 (3,438), so 18 per step (the k0 and kk loops; Mesa unrolls the 4-trip loops).
+/// Counted as 25 for margin: k up to 38,400 runs here, longer on the host.
+const TRIPS_PER_K_STEP: usize = 25;
 
 pub fn matmul(a: &Tensor, b: &Tensor, out: &Tensor, int64: bool) -> Option<Call> {
     let (wa, wb, wo) = (a.compute_word(int64)?, b.compute_word(int64)?, out.compute_word(int64)?);
@@ -15,6 +20,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, out: &Tensor, int64: bool) -> Option<Call>
     let (m, k, n) = (a.dims[ra - 2], a.dims[ra - 1], b.dims[rb - 1]);
     let batch_dims = &out.dims[..ro - 2];
     let batch: usize = batch_dims.iter().product();
+    within_loop_limit(k.div_ceil(16).saturating_mul(TRIPS_PER_K_STEP) + ro + 32)?;
     // Per batch axis, each operand's matrix stride (0 where it is broadcast).
     let batch_strides = |t: &Tensor, r: usize| -> Vec<usize> {
         let own = strides(&t.dims[..r - 2]);

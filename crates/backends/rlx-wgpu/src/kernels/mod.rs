@@ -145,23 +145,108 @@ pub struct Call {
     /// The kernel may call `fail(position, value)`: an index or length out of range,
     /// reported by the run as an error (the first failing thread's position and value).
     pub checks: bool,
+    /// Bytes of each program-owned scratch region `j` the call binds as operand
+    /// [`scratch(j)`] (a multi-pass reduction's partials). The regions of one step are
+    /// laid out once for all its calls, so what one pass writes the next reads.
+    pub scratch: Vec<u64>,
 }
 
 impl Call {
     /// `n` independent items (the body defines `fn item(i: u32)`).
     pub fn items(operands: Vec<(usize, Word)>, body: String, meta: Vec<u32>, n: usize) -> Call {
-        Call { operands, body, meta, threads: Threads::Items(n), checks: false }
+        Call { operands, body, meta, threads: Threads::Items(n), checks: false, scratch: Vec::new() }
     }
 
     /// Explicit workgroups (the body defines `main`).
     pub fn groups(operands: Vec<(usize, Word)>, body: String, meta: Vec<u32>, groups: [u32; 3]) -> Call {
-        Call { operands, body, meta, threads: Threads::Groups(groups), checks: false }
+        Call { operands, body, meta, threads: Threads::Groups(groups), checks: false, scratch: Vec::new() }
     }
 
     /// This call with the error flag bound (its body calls `fail`).
     pub fn checking(self) -> Call {
         Call { checks: true, ..self }
     }
+
+    /// This call with the step's scratch regions of these byte sizes.
+    pub fn with_scratch(self, scratch: Vec<u64>) -> Call {
+        Call { scratch, ..self }
+    }
+}
+
+/// Operand positions from here on name scratch regions, not the step's operands.
+pub const SCRATCH: usize = 1 << 20;
+
+/// The operand position of scratch region `j`.
+pub fn scratch(j: usize) -> usize {
+    SCRATCH + j
+}
+
+/// The most loop iterations a kernel may run in one invocation, all its loops counted
+/// together (nested loops count every inner iteration). Mesa's llvmpipe / lavapipe (the
+/// software Vulkan driver CI runs on) ends every loop of an invocation once one counter
+/// shared by all of them reaches LP_MAX_TGSI_LOOP_ITERATIONS = 65535 (gallivm,
+/// lp_bld_limits.h), silently: a serial sum over 2e7 elements with 3 index-decoding
+/// iterations per element stopped at 65535 / 3 = 21845 elements. Generators whose trip
+/// count grows with the operands' sizes bound it by this constant (5,535 below the
+/// cut-off for the loops a bound does not count: index decoding over the rank, `fail`'s
+/// compare-exchange, `ipow`) and return `None` (a host fallback) past it, or split the
+/// work over workgroups and passes.
+pub const MAX_LOOP_TRIPS: usize = 60_000;
+
+/// `Some` when a kernel whose invocations loop `trips` times in all (counted by the
+/// generator from the operands' sizes, every loop counted unless noted) stays within
+/// [`MAX_LOOP_TRIPS`]; `None` (the step falls back to the host) past it.
+pub fn within_loop_limit(trips: usize) -> Option<()> {
+    (trips <= MAX_LOOP_TRIPS).then_some(())
+}
+
+/// Threads of a workgroup kernel ([`tree`] reductions over shared memory).
+pub const WG: usize = 256;
+
+/// `total` workgroups as a grid within the 65535 per dimension WebGPU guarantees; the
+/// kernel's flat group index is `wg.y * nwg.x + wg.x` (see [`GROUP_INDEX`]) and groups
+/// past `total` return at once.
+pub fn fold_groups(total: usize) -> [u32; 3] {
+    let x = total.clamp(1, 65535);
+    [x as u32, total.div_ceil(x) as u32, 1]
+}
+
+/// The parameters of a workgroup kernel's `main` over a folded grid.
+pub const GROUP_PARAMS: &str = "@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, \
+    @builtin(local_invocation_index) li: u32";
+
+/// The flat workgroup index of a folded grid.
+pub const GROUP_INDEX: &str = "(wg.y * nwg.x + wg.x)";
+
+/// A workgroup-wide reduction `fn {name}(li: u32, v: {ty}) -> {ty}` over the [`WG`]
+/// threads through shared array `red_{ty}` (declared by [`tree_shared`]): a fixed
+/// binary tree, the same order on every run, log2(256) = 8 levels. Every thread must call
+/// it (it holds barriers), and every thread gets the result.
+pub fn tree(name: &str, ty: &str, combine: &str) -> String {
+    format!(
+        "fn {name}(li: u32, v: {ty}) -> {ty} {{
+    red_{ty}[li] = v;
+    workgroupBarrier();
+    for (var half = {half}u; half > 0u; half = half >> 1u) {{
+        if (li < half) {{
+            let a = red_{ty}[li];
+            let b = red_{ty}[li + half];
+            red_{ty}[li] = {combine};
+        }}
+        workgroupBarrier();
+    }}
+    let r = red_{ty}[0];
+    workgroupBarrier();
+    return r;
+}}
+",
+        half = WG / 2
+    )
+}
+
+/// The shared array [`tree`] reductions over `ty` use.
+pub fn tree_shared(ty: &str) -> String {
+    format!("var<workgroup> red_{ty}: array<{ty}, {WG}>;\n")
 }
 
 pub fn u32s(values: impl IntoIterator<Item = usize>) -> Vec<u32> {

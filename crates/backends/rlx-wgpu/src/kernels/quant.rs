@@ -4,7 +4,7 @@
 //! staged 32-value block once, as the reference does (scale `max|x| / 127`, round half
 //! away from zero), taking integer dots scaled per block.
 
-use super::{Call, Tensor, Word, u32s};
+use super::{Call, Tensor, Word, u32s, within_loop_limit};
 use rlx_ir::QuantScheme;
 
 /// Activation rows per workgroup, and k values staged in shared memory per pass: each
@@ -76,6 +76,11 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
     let k = *x.dims.last()?;
     let n = w.dims[0];
     let m = x.numel().checked_div(k).unwrap_or(0);
+    // Per pass of CHUNK values a thread loops: staging (ROWS * CHUNK / 64 copies, or a
+    // 32-value block quantized twice over), its block's 32-value sum, and per block
+    // (CHUNK / 32) a decode (8 x 4) and ROWS dots of 32.
+    let per_pass = ROWS * CHUNK / 64 + 2 * 32 + 32 + (CHUNK / 32) * (8 * 5 + ROWS * 33);
+    within_loop_limit(k.div_ceil(CHUNK).saturating_mul(per_pass))?;
     let meta = u32s([k, n, w.dims[1], m, scheme.block_bytes()]);
     let staged = ROWS * CHUNK;
     // Each pass, thread `li` summarizes (row li / 8, block li % 8). Float: the pass's x
