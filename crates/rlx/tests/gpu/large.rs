@@ -369,9 +369,10 @@ fn cross_entropy_over_wide_and_many_rows() {
 }
 
 /// Kernels whose loops grow with one extent, past what a serial loop may run on
-/// lavapipe: a matmul over k = 20,000 stays on the GPU, one over k = 200,000 (lavapipe got
-/// it wrong from k = 61,000) falls back to the host, as do attention over 20,000 keys and
-/// a scatter-add of 70,000 indices; every result matches the CPU.
+/// lavapipe: a matmul over k = 20,000 and attention over 20,000 keys stay on the GPU; a
+/// matmul over k = 200,000 (lavapipe got it wrong from k = 61,000), attention over
+/// 40,000 keys of 64 dims (wrong from 32,768) and a scatter-add of 70,000 indices fall
+/// back to the host; every result matches the CPU.
 #[test]
 fn long_inner_loops_match_the_cpu() {
     if !gpu_or_skip("long_inner_loops_match_the_cpu") {
@@ -386,13 +387,16 @@ fn long_inner_loops_match_the_cpu() {
         g.set_outputs(&[y]).unwrap();
         cases.push((rlx_corpus::Case::new(&format!("matmul k={k}"), g, k, 3, -1.0, 1.0, 1).unwrap(), k > 38_400));
     }
-    let mut g = Graph::new("long_attention");
-    let q = g.input("q", DType::F32, &[1, 1, 2, 16]).unwrap();
-    let k = g.input("k", DType::F32, &[1, 1, 20_000, 16]).unwrap();
-    let v = g.input("v", DType::F32, &[1, 1, 20_000, 8]).unwrap();
-    let y = g.attention(q, k, v, AttentionMask::None, None).unwrap();
-    g.set_outputs(&[y]).unwrap();
-    cases.push((rlx_corpus::Case::new("attention 20000 keys", g, 20_016, 4, -1.0, 1.0, 1).unwrap(), true));
+    for keys in [20_000, 40_000] {
+        let mut g = Graph::new("long_attention");
+        let q = g.input("q", DType::F32, &[1, 1, 2, 64]).unwrap();
+        let k = g.input("k", DType::F32, &[1, 1, keys, 64]).unwrap();
+        let v = g.input("v", DType::F32, &[1, 1, keys, 8]).unwrap();
+        let y = g.attention(q, k, v, AttentionMask::None, None).unwrap();
+        g.set_outputs(&[y]).unwrap();
+        let case = rlx_corpus::Case::new(&format!("attention {keys} keys"), g, keys + 64, 4, -1.0, 1.0, 1).unwrap();
+        cases.push((case, keys > 30_000));
+    }
     let mut g = Graph::new("long_scatter");
     let ids = g.input("ids", DType::I32, &[70_000]).unwrap();
     let upd = g.input("upd", DType::F32, &[70_000, 2]).unwrap();

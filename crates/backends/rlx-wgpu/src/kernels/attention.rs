@@ -55,8 +55,11 @@ pub fn attention(mask: MaskKind, scale: Option<f32>, ins: &[Tensor], out: &Tenso
         return None;
     }
     // Per pass of CHUNK keys a thread loops: its CHUNK / 64 scores of d products, two
-    // 6-level combines, its exponentials, OUTS_PER_THREAD columns over the chunk's keys.
-    let per_pass = (CHUNK / 64) * (1 + d) + 12 + CHUNK / 64 + OUTS_PER_THREAD * (1 + CHUNK);
+    // 6-level combines, its exponentials, and for each of its dv / 64 output columns the
+    // chunk's keys. Measured on lavapipe (dv = 64): d = 64 right at 28,000 keys (110
+    // passes) and wrong at 32,768 (128), d = 16 right at 32,768 and wrong at 65,536: about
+    // 4 d + 256 + 20 per pass, which this count (548 at d = 64, dv = 64) bounds.
+    let per_pass = (CHUNK / 64) * (1 + d) + 12 + CHUNK / 64 + dv.div_ceil(64) * (1 + CHUNK);
     within_loop_limit(skv.div_ceil(CHUNK).saturating_mul(per_pass) + OUTS_PER_THREAD)?;
     let store = store_round(out.dtype, "acc[t] / total");
     let body = format!(

@@ -77,9 +77,12 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
     let n = w.dims[0];
     let m = x.numel().checked_div(k).unwrap_or(0);
     // Per pass of CHUNK values a thread loops: staging (ROWS * CHUNK / 64 copies, or a
-    // 32-value block quantized twice over), its block's 32-value sum, and per block
-    // (CHUNK / 32) a decode (8 x 4) and ROWS dots of 32.
-    let per_pass = ROWS * CHUNK / 64 + 2 * 32 + 32 + (CHUNK / 32) * (8 * 5 + ROWS * 33);
+    // 32-value block quantized in two loops of 32), its block's 32-value sum, and per
+    // block (CHUNK / 32) its ROWS rows. The 32-value dots and the decoder's fixed loops
+    // are unrolled: on lavapipe a Q8_0 matmul of 2 rows came out right at k = 131,072
+    // (512 passes) and wrong at 262,144, at most 128 counted per pass where counting
+    // the dots would make it 600. So 201 here: k up to 76,288 runs on the GPU.
+    let per_pass = ROWS * CHUNK / 64 + 2 * 32 + 32 + (CHUNK / 32) * (1 + ROWS) + 1;
     within_loop_limit(k.div_ceil(CHUNK).saturating_mul(per_pass))?;
     let meta = u32s([k, n, w.dims[1], m, scheme.block_bytes()]);
     let staged = ROWS * CHUNK;
