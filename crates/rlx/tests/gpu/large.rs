@@ -397,6 +397,12 @@ fn long_inner_loops_match_the_cpu() {
         let case = rlx_corpus::Case::new(&format!("attention {keys} keys"), g, keys + 64, 4, -1.0, 1.0, 1).unwrap();
         cases.push((case, keys > 30_000));
     }
+    // A row wider than a workgroup's bounded passes reach (about 5.1e6) runs on the host.
+    let mut g = Graph::new("widest_softmax");
+    let x = g.input("x", DType::F32, &[1, 6_000_000]).unwrap();
+    let y = g.softmax(x, 1).unwrap();
+    g.set_outputs(&[y]).unwrap();
+    cases.push((rlx_corpus::Case::new("softmax 6e6 wide", g, 6_000_000, 6, -1.0, 1.0, 1).unwrap(), true));
     let mut g = Graph::new("long_scatter");
     let ids = g.input("ids", DType::I32, &[70_000]).unwrap();
     let upd = g.input("upd", DType::F32, &[70_000, 2]).unwrap();
@@ -414,4 +420,23 @@ fn long_inner_loops_match_the_cpu() {
         let gpu = crate::run_on(Device::Gpu, case, &options).unwrap();
         crate::compare(case, &cpu, &gpu, (U, crate::magnitude(case))).unwrap();
     }
+}
+
+/// A label out of range in a wide cross-entropy (a workgroup per row) is the CPU's error.
+#[test]
+fn wide_cross_entropy_reports_a_bad_label() {
+    if !gpu_or_skip("wide_cross_entropy_reports_a_bad_label") {
+        return;
+    }
+    let (n, c) = (3, 30_000);
+    let mut g = Graph::new("ce_bad_label");
+    let xi = g.input("logits", DType::F32, &[n, c]).unwrap();
+    let li = g.input("labels", DType::I32, &[n]).unwrap();
+    let loss = g.cross_entropy(xi, li).unwrap();
+    g.set_outputs(&[loss]).unwrap();
+    let mut c_ = Session::new(Device::Gpu).unwrap().compile(&g).unwrap();
+    let logits = HostTensor::from_f32(&[n, c], &random(n * c, 1, -1.0, 1.0)).unwrap();
+    let labels = HostTensor::from_f64_as(DType::I32, &[n], &[5.0, 30_000.0, 7.0]).unwrap();
+    let e = c_.run_typed(&[("logits", &logits), ("labels", &labels)]).unwrap_err();
+    assert!(e.message().contains("index 30000 at position 1 is out of range 0..30000"), "{e}");
 }
