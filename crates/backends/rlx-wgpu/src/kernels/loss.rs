@@ -73,10 +73,10 @@ fn main({GROUP_PARAMS}) {{
         first_region: 1,
     };
     let mut calls = reduction(&mean, 1, (&[], &[]), (&[n], &[1]));
-    let regions = calls.iter().map(|c| c.scratch.len()).max().unwrap_or(0).max(1);
-    let mut sizes = vec![(n * 4) as u64];
-    sizes.extend(calls.first().map_or(&[][..], |c| c.scratch.get(1..).unwrap_or(&[])).iter().copied());
-    sizes.resize(regions, 0);
+    // Region 0 holds the row losses; the mean's partials (if any) follow it.
+    let mut sizes = calls.first().map_or_else(Vec::new, |c| c.scratch.clone());
+    sizes.resize(sizes.len().max(1), 0);
+    sizes[0] = (n * 4) as u64;
     for call in &mut calls {
         call.scratch = sizes.clone();
     }
