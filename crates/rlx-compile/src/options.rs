@@ -107,18 +107,6 @@ impl CompileOptions {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn policies_parse() {
-        assert_eq!(PrecisionPolicy::parse("BF16").unwrap(), PrecisionPolicy::AutoMixedBf16);
-        assert_eq!(PrecisionPolicy::parse("auto-mixed-f16").unwrap(), PrecisionPolicy::AutoMixedF16);
-        assert!(PrecisionPolicy::parse("fp8").unwrap_err().message().contains("fp8"));
-    }
-}
-
 /// A byte count: digits with an optional K / M / G / T suffix (powers of 1024, an
 /// optional `B` or `iB` after it), e.g. `4G`, `512MiB`, `1000000`.
 pub fn parse_bytes(text: &str) -> Result<u64> {
@@ -138,4 +126,16 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
         .ok()
         .and_then(|n| n.checked_mul(1u64 << shift))
         .ok_or_else(|| Error::input(format!("'{t}' is not a byte count (e.g. 4G, 512M, 1000000)")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse() {
+        assert_eq!(PrecisionPolicy::parse("BF16").unwrap(), PrecisionPolicy::AutoMixedBf16);
+        assert_eq!(PrecisionPolicy::parse("auto-mixed-f16").unwrap(), PrecisionPolicy::AutoMixedF16);
+        assert!(PrecisionPolicy::parse("fp8").unwrap_err().message().contains("fp8"));
+    }
 }

@@ -216,7 +216,7 @@ fn pairwise_run<T: Float>(x: &[T]) -> T {
     let mut width = SUM_LANES / 2;
     while width > 0 {
         for i in 0..width {
-            lanes[i] = lanes[i] + lanes[i + width];
+            lanes[i] += lanes[i + width];
         }
         width /= 2;
     }
@@ -233,7 +233,7 @@ fn pairwise_columns<T: Float>(x: &[T], inner: usize, out: &mut [T], scratch: &mu
         let (left, rest) = scratch.split_at_mut(inner);
         pairwise_columns(&x[..at], inner, out, rest);
         pairwise_columns(&x[at..], inner, left, rest);
-        out.iter_mut().zip(left.iter()).for_each(|(o, &r)| *o = *o + r);
+        out.iter_mut().zip(left.iter()).for_each(|(o, &r)| *o += r);
         return;
     }
     let lanes = &mut scratch[..SUM_LANES * inner];
@@ -245,7 +245,7 @@ fn pairwise_columns<T: Float>(x: &[T], inner: usize, out: &mut [T], scratch: &mu
     let mut width = SUM_LANES / 2;
     while width > 0 {
         let (lo, hi) = lanes.split_at_mut(width * inner);
-        lo.iter_mut().zip(&hi[..width * inner]).for_each(|(a, &b)| *a = *a + b);
+        lo.iter_mut().zip(&hi[..width * inner]).for_each(|(a, &b)| *a += b);
         width /= 2;
     }
     out.copy_from_slice(&lanes[..inner]);
