@@ -1,5 +1,6 @@
 //! Project automation behind `cargo xtask`.
 
+pub mod fuzz;
 pub mod isa;
 
 use std::path::{Path, PathBuf};

@@ -1,17 +1,20 @@
 //! `cargo xtask check-isa [BINARY...]` — the ISA portability gate.
 //! `cargo xtask qemu-test [--cpu MODEL]` — the CPU test suite on an emulated pre-AVX CPU.
+//! `cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S]` — the libFuzzer targets of fuzz/.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use xtask::{cargo_executables, disassemble, isa};
 
-const USAGE: &str = "usage: cargo xtask check-isa [BINARY...] | cargo xtask qemu-test [--cpu MODEL]";
+const USAGE: &str = "usage: cargo xtask check-isa [BINARY...] | cargo xtask qemu-test [--cpu MODEL] | \
+                     cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S] [--merge] [--no-build|--build-only]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("check-isa") => check_isa(&args[1..]),
         Some("qemu-test") => qemu_test(&args[1..]),
+        Some("fuzz") => xtask::fuzz::run(&args[1..]),
         _ => Err(USAGE.to_string()),
     };
     match result {

@@ -15,13 +15,15 @@ pub const FORMAT_NAME: &str = "rlx-graph";
 /// The version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// A document: nodes are `NodeDoc`s, or JSON values when a failed parse is located (see
+/// `locate`).
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct GraphDoc {
+struct GraphDoc<N> {
     format: String,
     version: u32,
     name: String,
-    nodes: Vec<NodeDoc>,
+    nodes: Vec<N>,
     outputs: Vec<u32>,
 }
 
@@ -58,7 +60,7 @@ impl<'de> Deserialize<'de> for HostTensor {
 }
 
 impl Graph {
-    fn doc(&self) -> GraphDoc {
+    fn doc(&self) -> GraphDoc<NodeDoc> {
         GraphDoc {
             format: FORMAT_NAME.to_string(),
             version: FORMAT_VERSION,
@@ -82,12 +84,15 @@ impl Graph {
     }
 
     pub fn from_json(text: &str) -> Result<Graph> {
-        let doc: GraphDoc = serde_json::from_str(text).map_err(|e| Error::parse(format!("graph JSON: {e}")))?;
+        let doc: GraphDoc<NodeDoc> = serde_json::from_str(text).map_err(|e| match locate(text) {
+            Some(i) => Error::parse(format!("graph JSON node {i}: {e}")),
+            None => Error::parse(format!("graph JSON: {e}")),
+        })?;
         Graph::from_doc(doc)
     }
 
     /// Rebuilds a document node by node through the shape rules.
-    fn from_doc(doc: GraphDoc) -> Result<Graph> {
+    fn from_doc(doc: GraphDoc<NodeDoc>) -> Result<Graph> {
         if doc.format != FORMAT_NAME {
             return Err(Error::parse(format!("graph JSON: format is '{}', expected '{FORMAT_NAME}'", doc.format)));
         }
@@ -101,6 +106,7 @@ impl Graph {
         for (i, node) in doc.nodes.into_iter().enumerate() {
             let at = |e: Error| e.context(format!("graph JSON node {i}"));
             checked_byte_len("node", node.dtype, &node.dims).map_err(at)?;
+            check_f32_attrs(&node.op).map_err(at)?;
             let id = if node.op.is_leaf() {
                 if !node.inputs.is_empty() {
                     return Err(at(Error::parse("a leaf has no inputs")));
@@ -128,6 +134,32 @@ impl Graph {
     }
 }
 
+/// serde reads an f32 field by rounding the JSON number, so `1e72` becomes inf: the
+/// graph would run with it and write it back as `null`, a document no reader accepts.
+fn check_f32_attrs(op: &Op) -> Result<()> {
+    let attrs: &[(&str, Option<crate::ops::F32Attr>)] = match op {
+        Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => &[("eps", Some(*eps))],
+        Op::Attention { scale, .. } => &[("scale", *scale)],
+        Op::Rope { base, .. } => &[("base", Some(*base))],
+        _ => &[],
+    };
+    for (field, v) in attrs {
+        if let Some(v) = v.filter(|v| !v.0.is_finite()) {
+            return Err(Error::parse(format!("{field} is {}: not a finite f32 (out of f32 range?)", v.0)));
+        }
+    }
+    Ok(())
+}
+
+/// The node a document that failed to parse fails in, when the document is otherwise
+/// well formed: serde's error names the field at fault (an unknown field of an op, a
+/// bad attribute) and a line and column, not the node. The strict parse stays the one
+/// that decides (a JSON value would silently merge duplicate keys); this one only names.
+fn locate(text: &str) -> Option<usize> {
+    let doc: GraphDoc<serde_json::Value> = serde_json::from_str(text).ok()?;
+    doc.nodes.into_iter().position(|n| serde_json::from_value::<NodeDoc>(n).is_err())
+}
+
 /// A graph inside a document (a scan's body) is a nested document, re-typed on load.
 impl Serialize for Graph {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -137,7 +169,7 @@ impl Serialize for Graph {
 
 impl<'de> Deserialize<'de> for Graph {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        Graph::from_doc(GraphDoc::deserialize(d)?).map_err(serde::de::Error::custom)
+        Graph::from_doc(GraphDoc::<NodeDoc>::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
@@ -192,6 +224,48 @@ pub fn base64_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/graph-format.md: unknown fields are errors, inside op objects too (they were
+    /// silently dropped), and the error names the node and the field.
+    #[test]
+    fn unknown_op_fields_are_errors_naming_node_and_field() {
+        let mut g = Graph::new("g");
+        let x = g.input("x", DType::F32, &[1, 1, 4, 4]).unwrap();
+        let p = g.max_pool2d(x, crate::PoolParams::square(2)).unwrap();
+        let r = g.reduce(crate::ReduceOp::Sum, p, &[1], false).unwrap();
+        g.set_outputs(&[r]).unwrap();
+        let text = g.to_json().unwrap();
+        assert!(Graph::from_json(&text).is_ok());
+        let cases = [
+            ("\"keep_dims\": false", "\"keep_dims\": false, \"keepdims\": true", "graph JSON node 2", "keepdims"),
+            ("\"kernel\"", "\"dilation\": [1, 1], \"kernel\"", "graph JSON node 1", "dilation"),
+            ("\"name\": \"x\"", "\"name\": \"x\", \"shape\": [4]", "graph JSON node 0", "shape"),
+        ];
+        for (from, to, node, field) in cases {
+            assert!(text.contains(from), "{from} in {text}");
+            let bad = text.replacen(from, to, 1);
+            let e = Graph::from_json(&bad).err().unwrap_or_else(|| panic!("accepted an unknown `{field}`")).to_string();
+            assert!(e.contains(node) && e.contains(&format!("unknown field `{field}`")), "{e}");
+        }
+        // A duplicate field is still refused (the locating pass must not decide).
+        let dup = text.replacen("\"keep_dims\": false", "\"keep_dims\": false, \"keep_dims\": true", 1);
+        assert!(Graph::from_json(&dup).unwrap_err().to_string().contains("duplicate field"));
+    }
+
+    /// A number beyond f32's range was read as inf, then written back as `null`.
+    #[test]
+    fn f32_attributes_out_of_range_are_errors() {
+        let mut g = Graph::new("g");
+        let x = g.input("x", DType::F32, &[2, 4]).unwrap();
+        let n = g.rms_norm(x, None, 1e-5).unwrap();
+        g.set_outputs(&[n]).unwrap();
+        let text = g.to_json().unwrap();
+        let eps = serde_json::to_string(&1e-5f32).unwrap();
+        let bad = text.replacen(&format!("\"eps\": {eps}"), "\"eps\": 1.5e72", 1);
+        assert_ne!(bad, text);
+        let e = Graph::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains("graph JSON node 1") && e.contains("eps is inf"), "{e}");
+    }
 
     #[test]
     fn base64_round_trip() {

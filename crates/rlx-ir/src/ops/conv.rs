@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 /// Convolution geometry. `padding` is `[top, left, bottom, right]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Conv2dParams {
     pub stride: [usize; 2],
     pub padding: [usize; 4],
@@ -58,6 +59,7 @@ impl Conv2dParams {
 
 /// Pooling window geometry. `padding` is `[top, left, bottom, right]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PoolParams {
     pub kernel: [usize; 2],
     pub stride: [usize; 2],

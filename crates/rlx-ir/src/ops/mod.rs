@@ -54,7 +54,7 @@ impl Hash for F32Attr {
 /// One node's operation. Operands are the node's `inputs`, in the order each variant
 /// documents. Leaves (Input, Param, Constant) have none.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
     /// A value fed at every run.
     Input { name: String },
