@@ -3,8 +3,11 @@
 //!
 //! The reader works over a memory map (or any byte buffer) and checks every read: a
 //! malformed or truncated file is an `Err` naming the byte offset and the field being
-//! read, never a panic or an out-of-bounds read (fuzzed in tests/fuzz.rs and by the
-//! cargo-fuzz target in fuzz/). Tensor bytes are borrowed from the map, not copied.
+//! read (keys and names escaped), never a panic or an out-of-bounds read (fuzzed in
+//! tests/reader.rs and by the libFuzzer target in the workspace's fuzz/). Claimed counts
+//! never size an allocation beyond what the remaining bytes can hold; every accepted
+//! tensor lies inside the file; duplicate keys and tensor names are errors. Tensor
+//! bytes are borrowed from the map, not copied.
 //!
 //! Architecture invariant: this crate parses and writes bytes; quantization formats live
 //! in `rlx_ir::quant`, so backends never depend on a file format.

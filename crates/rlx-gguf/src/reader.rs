@@ -3,6 +3,7 @@
 use crate::Value;
 use rlx_ir::quant::QuantScheme;
 use rlx_ir::{Error, Result};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,6 +12,8 @@ const MAGIC: &[u8; 4] = b"GGUF";
 const MAX_DIMS: u32 = 4;
 /// Array nesting deeper than this is rejected (a malicious file could recurse forever).
 const MAX_NESTING: u32 = 8;
+/// Metadata array items a file may hold in all (each costs a 32-byte `Value`: 512 MiB).
+const MAX_ARRAY_ITEMS: u64 = 1 << 24;
 
 /// A tensor's entry in the header.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,8 +29,10 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// Elements (every tensor `Gguf::parse` accepts has a count that fits; saturating
+    /// for one built by hand).
     pub fn numel(&self) -> u64 {
-        self.dims.iter().product()
+        self.dims.iter().fold(1u64, |a, &d| a.saturating_mul(d))
     }
 
     /// Row-major dims (outermost first), as RLX shapes are written.
@@ -62,7 +67,7 @@ impl Gguf {
     pub fn parse(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<Gguf> {
         let (version, metadata, tensors, alignment, data_offset) = {
             let data = (*bytes).as_ref();
-            let mut c = Cursor { data, at: 0 };
+            let mut c = Cursor { data, at: 0, items: 0 };
             let magic = c.take(4, "magic")?;
             if magic != MAGIC {
                 return Err(Error::parse(format!("gguf: byte 0: magic {magic:?} is not \"GGUF\"")));
@@ -73,49 +78,89 @@ impl Gguf {
             }
             let tensor_count = c.u64("tensor_count")?;
             let kv_count = c.u64("metadata_kv_count")?;
-            let mut metadata = Vec::new();
+            // Counts are claims: capacity is reserved only for entries the remaining bytes
+            // can hold (a key takes >= 12 bytes, a tensor info >= 28), so a forged count
+            // costs no memory; entries beyond it grow the vector as they really parse.
+            let mut metadata: Vec<(String, Value)> = Vec::new();
+            c.reserve(&mut metadata, kv_count, 12, "metadata_kv_count")?;
+            let mut seen = HashSet::new();
             for i in 0..kv_count {
+                let at = c.at;
                 let key = c.string(&format!("metadata key {i}"))?;
-                let ty = c.u32(&format!("type of metadata '{key}'"))?;
+                let ty = c.u32(&format!("type of metadata {}", esc(&key)))?;
                 let value = c.value(ty, &key, 0)?;
+                if !seen.insert(key.clone()) {
+                    return Err(Error::parse(format!("gguf: byte {at}: metadata key {} appears twice", esc(&key))));
+                }
                 metadata.push((key, value));
             }
-            let mut tensors = Vec::new();
+            let mut tensors: Vec<TensorInfo> = Vec::new();
+            c.reserve(&mut tensors, tensor_count, 28, "tensor_count")?;
+            let mut names = HashSet::new();
             for i in 0..tensor_count {
                 let at = c.at;
                 let name = c.string(&format!("name of tensor {i}"))?;
-                let n_dims = c.u32(&format!("n_dims of tensor '{name}'"))?;
+                let n_dims = c.u32(&format!("n_dims of tensor {}", esc(&name)))?;
                 if n_dims == 0 || n_dims > MAX_DIMS {
                     return Err(Error::parse(format!(
-                        "gguf: byte {at}: tensor '{name}' has {n_dims} dims (1 to {MAX_DIMS})"
+                        "gguf: byte {at}: tensor {} has {n_dims} dims (1 to {MAX_DIMS})",
+                        esc(&name)
                     )));
                 }
-                let dims =
-                    (0..n_dims).map(|d| c.u64(&format!("dim {d} of tensor '{name}'"))).collect::<Result<Vec<_>>>()?;
+                let dims = (0..n_dims)
+                    .map(|d| c.u64(&format!("dim {d} of tensor {}", esc(&name))))
+                    .collect::<Result<Vec<_>>>()?;
                 let ty_at = c.at;
-                let ty = c.u32(&format!("type of tensor '{name}'"))?;
+                let ty = c.u32(&format!("type of tensor {}", esc(&name)))?;
                 let scheme = QuantScheme::from_ggml_type(ty).ok_or_else(|| {
-                    Error::parse(format!("gguf: byte {ty_at}: tensor '{name}' has unsupported ggml type {ty}"))
+                    Error::parse(format!("gguf: byte {ty_at}: tensor {} has unsupported ggml type {ty}", esc(&name)))
                 })?;
-                let offset = c.u64(&format!("offset of tensor '{name}'"))?;
-                let bytes = tensor_bytes(scheme, &dims).ok_or_else(|| {
-                    Error::parse(format!("gguf: byte {at}: tensor '{name}' dims {dims:?} do not fit {}", scheme.name()))
-                })?;
+                let offset = c.u64(&format!("offset of tensor {}", esc(&name)))?;
+                // The element count must fit too (`numel` multiplies every dim, including
+                // the ones a zero dim makes irrelevant to the byte size).
+                let bytes = tensor_bytes(scheme, &dims)
+                    .filter(|_| dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).is_some())
+                    .ok_or_else(|| {
+                        Error::parse(format!(
+                            "gguf: byte {at}: tensor {} dims {dims:?} do not fit {} (whole blocks, at most 2^64 bytes)",
+                            esc(&name),
+                            scheme.name()
+                        ))
+                    })?;
+                if !names.insert(name.clone()) {
+                    return Err(Error::parse(format!("gguf: byte {at}: tensor {} appears twice", esc(&name))));
+                }
                 tensors.push(TensorInfo { name, dims, scheme, offset, bytes });
             }
             let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment").map(|(_, v)| v.as_u64()) {
                 None => 32,
-                Some(Some(a)) if a > 0 && a.is_power_of_two() => a,
-                Some(_) => return Err(Error::parse("gguf: general.alignment is not a power of two")),
+                // A power of two that the header end can be rounded up to without overflow;
+                // larger than the file is meaningless anyway.
+                Some(Some(a)) if a > 0 && a.is_power_of_two() && a <= 1 << 32 => a,
+                Some(v) => {
+                    return Err(Error::parse(format!(
+                        "gguf: metadata 'general.alignment' {v:?} is not a power of two up to 2^32"
+                    )));
+                }
             };
-            let data_offset = (c.at as u64).next_multiple_of(alignment);
-            let data_len = (data.len() as u64).saturating_sub(data_offset);
+            let header_end = c.at as u64;
+            let data_offset = header_end.next_multiple_of(alignment);
+            // Padding to the alignment may run past a file that ends in its header: then
+            // no tensor can have data (and `tensor_data` must not slice from past the end).
+            let data_len = (data.len() as u64).checked_sub(data_offset);
             for t in &tensors {
                 let end = t.offset.checked_add(t.bytes as u64);
-                if !t.offset.is_multiple_of(alignment) || end.is_none_or(|e| e > data_len) {
+                let inside = match (end, data_len) {
+                    (Some(end), Some(len)) => end <= len,
+                    _ => false,
+                };
+                if !t.offset.is_multiple_of(alignment) || !inside {
                     return Err(Error::parse(format!(
-                        "gguf: tensor '{}' data at offset {} (+{} bytes) is misaligned or runs past the file ({} data bytes from byte {data_offset})",
-                        t.name, t.offset, t.bytes, data_len
+                        "gguf: tensor {} data at offset {} (+{} bytes) is misaligned (alignment {alignment}) or runs past the file ({} data bytes from byte {data_offset})",
+                        esc(&t.name),
+                        t.offset,
+                        t.bytes,
+                        data_len.unwrap_or(0)
                     )));
                 }
             }
@@ -130,17 +175,18 @@ impl Gguf {
 
     /// A required metadata value, or an error naming the key.
     pub fn require(&self, key: &str) -> Result<&Value> {
-        self.get(key).ok_or_else(|| Error::parse(format!("gguf: missing metadata key '{key}'")))
+        self.get(key).ok_or_else(|| Error::parse(format!("gguf: missing metadata key {}", esc(key))))
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
     }
 
-    /// The tensor's bytes, borrowed from the file.
+    /// The tensor's bytes, borrowed from the file. Every tensor `parse` accepted lies
+    /// inside the file; a `TensorInfo` from elsewhere that does not gets an empty slice
+    /// rather than a panic.
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
-        let start = (self.data_offset + t.offset) as usize;
-        &(*self.bytes).as_ref()[start..start + t.bytes]
+        (*self.bytes).as_ref().get(self.tensor_range(t)).unwrap_or(&[])
     }
 
     /// The file's bytes, shared (for binding tensor data zero-copy).
@@ -148,16 +194,28 @@ impl Gguf {
         self.bytes.clone()
     }
 
-    /// Byte range of a tensor's data within the file.
+    /// Byte range of a tensor's data within the file (checked arithmetic: a foreign
+    /// `TensorInfo` whose range overflows gets an empty range at the end of the file).
     pub fn tensor_range(&self, t: &TensorInfo) -> std::ops::Range<usize> {
-        let start = (self.data_offset + t.offset) as usize;
-        start..start + t.bytes
+        let start = self.data_offset.checked_add(t.offset).and_then(|s| usize::try_from(s).ok());
+        match start.and_then(|s| Some(s..s.checked_add(t.bytes)?)) {
+            Some(r) => r,
+            None => {
+                let len = (*self.bytes).as_ref().len();
+                len..len
+            }
+        }
     }
 
     /// A tensor decoded to f32.
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>> {
-        let t = self.tensor(name).ok_or_else(|| Error::input(format!("gguf: no tensor '{name}'")))?;
-        let mut out = vec![0f32; t.numel() as usize];
+        let t = self.tensor(name).ok_or_else(|| Error::input(format!("gguf: no tensor {}", esc(name))))?;
+        let n =
+            usize::try_from(t.numel()).map_err(|_| Error::input(format!("gguf: tensor {} is too large", esc(name))))?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(n)
+            .map_err(|_| Error::input(format!("gguf: tensor {}: cannot allocate {n} f32 values", esc(name))))?;
+        out.resize(n, 0f32);
         rlx_ir::quant::dequantize(t.scheme, self.tensor_data(t), &mut out)?;
         Ok(out)
     }
@@ -174,9 +232,32 @@ fn tensor_bytes(scheme: QuantScheme, dims: &[u64]) -> Option<usize> {
     usize::try_from(rows.checked_mul(row)?).ok()
 }
 
+/// A key or name as it appears in messages: quoted, with control characters and
+/// quotes escaped (`'a\r'`), so a hostile key cannot rewrite the terminal line.
+pub(crate) fn esc(s: &str) -> String {
+    format!("'{}'", s.escape_debug())
+}
+
+/// Least encoded bytes of a value of GGUF type `ty` (None for an unknown type).
+fn min_encoded_size(ty: u32) -> Option<u64> {
+    Some(match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        10..=12 => 8,
+        // A string's length prefix.
+        8 => 8,
+        // An array's item type and count.
+        9 => 12,
+        _ => return None,
+    })
+}
+
 struct Cursor<'a> {
     data: &'a [u8],
     at: usize,
+    /// Array items read so far (nested ones included).
+    items: u64,
 }
 
 impl Cursor<'_> {
@@ -191,6 +272,17 @@ impl Cursor<'_> {
         let s = &self.data[self.at..end];
         self.at = end;
         Ok(s)
+    }
+
+    /// Reserves room in `v` for `count` entries of at least `min_size` encoded bytes,
+    /// capped by what the rest of the file can hold, fallibly: the count is the file's
+    /// claim, not a size to trust.
+    fn reserve<T>(&self, v: &mut Vec<T>, count: u64, min_size: u64, field: &str) -> Result<()> {
+        let left = (self.data.len() - self.at) as u64;
+        let n = usize::try_from(count.min(left / min_size.max(1))).unwrap_or(usize::MAX);
+        v.try_reserve_exact(n).map_err(|_| {
+            Error::parse(format!("gguf: byte {}: {field} {count}: cannot allocate room for {n} entries", self.at))
+        })
     }
 
     fn array<const N: usize>(&mut self, field: &str) -> Result<[u8; N]> {
@@ -211,16 +303,21 @@ impl Cursor<'_> {
     fn string(&mut self, field: &str) -> Result<String> {
         let at = self.at;
         let len = self.u64(field)?;
+        // `take` checks the length against the bytes left before anything is copied.
         let len = usize::try_from(len)
-            .map_err(|_| Error::parse(format!("gguf: byte {at}: {field} length {len} overflows")))?;
+            .map_err(|_| Error::parse(format!("gguf: byte {at}: {field} length {len} is more than the file holds")))?;
         let bytes = self.take(len, field)?;
-        String::from_utf8(bytes.to_vec()).map_err(|e| {
-            Error::parse(format!("gguf: byte {}: {field} is not UTF-8", at + 8 + e.utf8_error().valid_up_to()))
-        })
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| Error::parse(format!("gguf: byte {}: {field} is not UTF-8", at + 8 + e.valid_up_to())))?;
+        let mut s = String::new();
+        s.try_reserve_exact(text.len())
+            .map_err(|_| Error::parse(format!("gguf: byte {at}: {field}: cannot allocate {len} bytes")))?;
+        s.push_str(text);
+        Ok(s)
     }
 
     fn value(&mut self, ty: u32, key: &str, depth: u32) -> Result<Value> {
-        let field = format!("value of '{key}'");
+        let field = format!("value of {}", esc(key));
         Ok(match ty {
             0 => Value::U8(self.array::<1>(&field)?[0]),
             1 => Value::I8(self.array::<1>(&field)?[0] as i8),
@@ -234,7 +331,7 @@ impl Cursor<'_> {
                 match self.array::<1>(&field)?[0] {
                     0 => Value::Bool(false),
                     1 => Value::Bool(true),
-                    b => return Err(Error::parse(format!("gguf: byte {at}: bool '{key}' holds {b}"))),
+                    b => return Err(Error::parse(format!("gguf: byte {at}: bool {} holds {b}", esc(key)))),
                 }
             }
             8 => Value::String(self.string(&field)?),
@@ -242,18 +339,38 @@ impl Cursor<'_> {
                 let at = self.at;
                 if depth >= MAX_NESTING {
                     return Err(Error::parse(format!(
-                        "gguf: byte {at}: arrays in '{key}' nest deeper than {MAX_NESTING}"
+                        "gguf: byte {at}: arrays in {} nest deeper than {MAX_NESTING}",
+                        esc(key)
                     )));
                 }
-                let item = self.u32(&format!("item type of '{key}'"))?;
-                let count = self.u64(&format!("length of '{key}'"))?;
-                // Every item takes at least one byte: a count past the file is malformed.
-                if count > (self.data.len() - self.at) as u64 {
+                let item = self.u32(&format!("item type of {}", esc(key)))?;
+                let count = self.u64(&format!("length of {}", esc(key)))?;
+                let min = min_encoded_size(item).ok_or_else(|| {
+                    Error::parse(format!("gguf: byte {at}: array {} has unknown item type {item}", esc(key)))
+                })?;
+                // Every item takes at least `min` bytes: a count the rest of the file
+                // cannot hold is malformed, and is refused before anything is allocated.
+                let left = (self.data.len() - self.at) as u64;
+                if count > left / min {
                     return Err(Error::parse(format!(
-                        "gguf: byte {at}: array '{key}' claims {count} items, more than the file holds"
+                        "gguf: byte {at}: array {} claims {count} items of type {item} (>= {min} bytes each), the file has {left} bytes left",
+                        esc(key)
                     )));
                 }
-                let mut items = Vec::with_capacity(count as usize);
+                // An item in memory is a 32-byte `Value` however small its encoding: a u8
+                // array filling a 98 MB file would take 3 GB. All arrays of a file
+                // together hold at most MAX_ARRAY_ITEMS (a 262k vocabulary with scores,
+                // types and merges is ~1M).
+                self.items = self.items.saturating_add(count);
+                if self.items > MAX_ARRAY_ITEMS {
+                    return Err(Error::parse(format!(
+                        "gguf: byte {at}: array {} brings the file's array items to {}, more than the {MAX_ARRAY_ITEMS} supported",
+                        esc(key),
+                        self.items
+                    )));
+                }
+                let mut items = Vec::new();
+                self.reserve(&mut items, count, min, &format!("length of {}", esc(key)))?;
                 for _ in 0..count {
                     items.push(self.value(item, key, depth + 1)?);
                 }
@@ -264,8 +381,9 @@ impl Cursor<'_> {
             12 => Value::F64(f64::from_le_bytes(self.array(&field)?)),
             other => {
                 return Err(Error::parse(format!(
-                    "gguf: byte {}: '{key}' has unknown value type {other}",
-                    self.at - 4
+                    "gguf: byte {}: {} has unknown value type {other}",
+                    self.at - 4,
+                    esc(key)
                 )));
             }
         })

@@ -69,7 +69,10 @@ fn malformed_files_name_the_offset_and_field() {
     let pos = bad.windows(2).position(|w| w == b"q8").unwrap() + 2 + 4 + 8; // name, n_dims, dim
     bad[pos..pos + 4].copy_from_slice(&99u32.to_le_bytes());
     let e = parse(bad).err().unwrap();
-    assert!(e.message().contains("ggml type 99") && e.message().contains("'q8'"), "{e}");
+    assert!(
+        e.message().contains("ggml type 99") && e.message().contains("'q8'") && e.message().contains("byte"),
+        "{e}"
+    );
 }
 
 /// Every truncation, then random byte edits: Ok or Err, never a panic (bounded run of
@@ -91,8 +94,10 @@ fn fuzzed_files_never_panic() {
                 _ => bytes[at] ^ (1 << (rng.next_u64() % 8)),
             };
         }
+        let len = bytes.len();
         if let Ok(g) = parse(bytes) {
             for t in &g.tensors {
+                assert!(g.tensor_range(t).end <= len, "tensor {:?} outside the file", t.name);
                 assert_eq!(g.tensor_data(t).len(), t.bytes);
             }
         }
@@ -139,5 +144,136 @@ fn the_real_model_matches_gguf_python() {
         let want = rlx_io::load_npy(fixtures.join(format!("model.{name}.npy"))).unwrap().to_f32_vec();
         let got = g.dequantize(name).unwrap();
         assert_eq!(&got[..want.len()], &want[..], "{name}");
+    }
+}
+
+/// A header with no tensors and the given raw metadata entries (key, type, value bytes).
+fn raw_file(entries: &[(&[u8], u32, Vec<u8>)], tensor_count: u64) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&tensor_count.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (key, ty, value) in entries {
+        out.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(&ty.to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+/// An array value: item type, count, then `rest` (whatever bytes follow).
+fn array_value(item: u32, count: u64, rest: &[u8]) -> Vec<u8> {
+    [&item.to_le_bytes()[..], &count.to_le_bytes(), rest].concat()
+}
+
+#[test]
+fn claimed_counts_the_file_cannot_hold_are_errors() {
+    let huge = u64::MAX / 2;
+    // (file, what the error must name)
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (raw_file(&[(b"big", 9, array_value(0, huge, &[0; 64]))], 0), "'big' claims"),
+        (raw_file(&[(b"big", 9, array_value(8, huge, &[0; 64]))], 0), "'big' claims"),
+        (raw_file(&[(b"big", 9, array_value(9, huge, &[0; 64]))], 0), "'big' claims"),
+        // u32 items take 4 bytes each: a count of the bytes left is 4x too many.
+        (raw_file(&[(b"u32s", 9, array_value(4, 64, &[0; 64]))], 0), "'u32s' claims 64 items of type 4"),
+        (raw_file(&[(b"s", 8, huge.to_le_bytes().to_vec())], 0), "value of 's' needs"),
+        (raw_file(&[], huge), "name of tensor 0"),
+        (raw_file(&[(b"t", 9, array_value(77, 1, &[0; 8]))], 0), "unknown item type 77"),
+    ];
+    for (bytes, want) in cases {
+        let e = parse(bytes).err().expect("must fail");
+        assert!(e.message().contains(want) && e.message().contains("byte"), "{want}: {e}");
+    }
+    // A huge metadata count fails at the first key that is not there.
+    let mut bytes = raw_file(&[], 0);
+    bytes[16..24].copy_from_slice(&huge.to_le_bytes());
+    let e = parse(bytes).err().unwrap();
+    assert!(e.message().contains("byte 24: metadata key 0"), "{e}");
+}
+
+#[test]
+fn arrays_are_bounded_in_memory() {
+    // 2^24 + 1 u8 items are really in the file, but would take 32 bytes each in memory.
+    let n = (1u64 << 24) + 1;
+    let bytes = raw_file(&[(b"bytes", 9, array_value(0, n, &vec![7u8; n as usize]))], 0);
+    let e = parse(bytes).err().unwrap();
+    assert!(e.message().contains("'bytes'") && e.message().contains("array items"), "{e}");
+}
+
+#[test]
+fn duplicates_are_errors_naming_the_key_or_tensor() {
+    let mut w = GgufWriter::new();
+    w.metadata("general.name", Value::String("a".into())).metadata("general.name", Value::String("b".into()));
+    let e = parse(w.to_bytes()).err().unwrap();
+    assert!(e.message().contains("'general.name' appears twice") && e.message().contains("byte"), "{e}");
+    let mut w = GgufWriter::new();
+    w.tensor("w", &[4], QuantScheme::F32, vec![0; 16]).unwrap();
+    w.tensor("w", &[4], QuantScheme::F32, vec![0; 16]).unwrap();
+    let e = parse(w.to_bytes()).err().unwrap();
+    assert!(e.message().contains("tensor 'w' appears twice") && e.message().contains("byte"), "{e}");
+}
+
+#[test]
+fn key_bytes_in_errors_are_escaped() {
+    let bytes = raw_file(&[(b"a\r\x08b", 7, vec![5])], 0);
+    let e = parse(bytes).err().unwrap();
+    let m = e.message();
+    assert!(!m.contains('\r') && !m.contains('\u{8}'), "{m:?}");
+    assert!(m.contains(r"'a\r\u{8}b'") && m.contains("byte"), "{m}");
+}
+
+/// Tensors whose data is not inside the file: padding past a file that ends in its
+/// header, counts whose product overflows, offsets near 2^64, misalignment.
+#[test]
+fn every_accepted_tensor_lies_inside_the_file() {
+    let mut w = GgufWriter::new();
+    w.metadata("k", Value::U8(1));
+    w.tensor("empty", &[0], QuantScheme::F32, vec![]).unwrap();
+    let good = w.to_bytes();
+    // After the name: n_dims, then one dim, the type and the offset end the header.
+    let dims_at = good.windows(5).position(|w| w == b"empty").unwrap() + 5 + 4;
+    let header_end = dims_at + 8 + 4 + 8;
+    assert_ne!(header_end % 32, 0, "the cut below must fall before the padding ends");
+    // The file ends with its header: the aligned data section would start past the end
+    // (libFuzzer's 140-byte find: accepted, then `tensor_data` sliced out of bounds).
+    let e = parse(good[..header_end].to_vec()).err().unwrap();
+    assert!(e.message().contains("'empty'") && e.message().contains("runs past the file"), "{e}");
+    let set = |bytes: &mut Vec<u8>, at: usize, v: u64| bytes[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    // An offset near 2^64 (offset + bytes overflows) and a misaligned one.
+    for offset in [u64::MAX - 3, 4] {
+        let mut bad = good.clone();
+        set(&mut bad, dims_at + 8 + 4, offset);
+        let e = parse(bad).err().unwrap();
+        assert!(e.message().contains("'empty'") && e.message().contains(&offset.to_string()), "{e}");
+    }
+    // Dims [0, 2^40, 2^40]: zero bytes but 2^80 elements (numel would overflow).
+    let mut w = GgufWriter::new();
+    w.tensor("wide", &[1, 1, 1], QuantScheme::F32, vec![0; 4]).unwrap();
+    let mut bad = w.to_bytes();
+    let at = bad.windows(4).position(|w| w == b"wide").unwrap() + 4 + 4;
+    set(&mut bad, at, 0);
+    set(&mut bad, at + 8, 1 << 40);
+    set(&mut bad, at + 16, 1 << 40);
+    let e = parse(bad).err().unwrap();
+    assert!(e.message().contains("'wide'") && e.message().contains("do not fit"), "{e}");
+    // A foreign TensorInfo cannot make tensor_data or tensor_range panic.
+    let g = parse(good).unwrap();
+    let mut t = g.tensors[0].clone();
+    t.offset = u64::MAX;
+    t.bytes = usize::MAX;
+    assert!(g.tensor_data(&t).is_empty());
+    t.offset = 0;
+    t.bytes = 1 << 20;
+    assert!(g.tensor_data(&t).is_empty());
+}
+
+#[test]
+fn alignment_must_be_a_sane_power_of_two() {
+    for a in [0u64, 3, 1 << 40] {
+        let mut w = GgufWriter::new();
+        w.metadata("general.alignment", Value::U64(a));
+        let e = parse(w.to_bytes()).err().unwrap();
+        assert!(e.message().contains("general.alignment"), "{e}");
     }
 }
