@@ -31,12 +31,21 @@ pub fn model_path(given: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// `rlx generate`, with control-token strings in the user's text as plain text.
 pub fn generate(args: &GenerateArgs) -> Result<()> {
+    generate_with(args, false)
+}
+
+/// `rlx generate`; `special` parses control-token strings (`<|im_start|>` ...) typed in
+/// the prompt, the system message and the chat message as control tokens (`--special`).
+/// Without it they are plain text: only the chat template's own markers are control
+/// tokens, so a message cannot open a turn of its own.
+pub fn generate_with(args: &GenerateArgs, special: bool) -> Result<()> {
     let path = model_path(args.model.as_deref())?;
     let options =
         LlamaOptions { context: args.context, threads: args.threads, q8_decode: !args.f32_decode, device: args.device };
     let mut model = Llama::load(&path, &options)?;
-    let text = if args.chat {
+    let prompt = if args.chat {
         let template = model.gguf().get("tokenizer.chat_template").and_then(|v| v.as_str()).ok_or_else(|| {
             Error::input(format!("{} has no chat template (tokenizer.chat_template)", path.display()))
         })?;
@@ -45,11 +54,10 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
             messages.push(Message::new("system", system));
         }
         messages.push(Message::new("user", &args.prompt));
-        ChatTemplate::from_jinja(template)?.render(&messages, true)
+        ChatTemplate::from_jinja(template)?.encode(&model.tokenizer, &messages, true, special)?
     } else {
-        args.prompt.clone()
+        model.tokenizer.encode_prompt(&args.prompt, special)?
     };
-    let prompt = model.tokenizer.encode_prompt(&text, true)?;
     if prompt.is_empty() {
         return Err(Error::input("the prompt is empty"));
     }

@@ -4,6 +4,7 @@
 //! Qwen, ...), including a default system message the template inserts when the
 //! conversation does not start with one (read from the template's text).
 
+use crate::tokenizer::{TokenId, Tokenizer};
 use rlx_ir::{Error, Result};
 
 /// One turn of a conversation.
@@ -51,19 +52,77 @@ impl ChatTemplate {
     /// The prompt text for `messages`, ending with the assistant's turn opened when
     /// `add_generation_prompt`.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> String {
+        self.parts(messages, add_generation_prompt).iter().map(|p| p.text()).collect()
+    }
+
+    /// The prompt's token ids, BOS first when the file asks for it: the template's
+    /// markers are control tokens, and the text between them (roles, contents) is
+    /// tokenized as plain text, so a message containing `<|im_start|>` cannot open a
+    /// turn. `special_in_content` parses control-token strings inside messages too
+    /// (`rlx generate --special`). For messages without such strings this is exactly
+    /// `tokenizer.encode_prompt(&self.render(..), true)`: each run of text between two
+    /// markers is one piece, as it is in the rendered text.
+    pub fn encode(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        special_in_content: bool,
+    ) -> Result<Vec<TokenId>> {
+        let mut ids = tokenizer.prompt_start();
+        for part in self.parts(messages, add_generation_prompt) {
+            match part {
+                Part::Marker(m) => ids.extend(tokenizer.encode(m, true)?),
+                Part::Text(t) => ids.extend(tokenizer.encode(&t, special_in_content)?),
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The rendered prompt as markers and the text runs between them (adjacent text
+    /// joined, so tokenization sees the same pieces as in the rendered string).
+    fn parts(&self, messages: &[Message], add_generation_prompt: bool) -> Vec<Part> {
         let ChatTemplate::ChatMl { default_system } = self;
-        let mut out = String::new();
+        let mut parts = Vec::new();
+        let turn = |parts: &mut Vec<Part>, role: &str, content: Option<&str>| {
+            parts.push(Part::Marker(IM_START));
+            match content {
+                Some(content) => {
+                    parts.push(Part::Text(format!("{role}\n{content}")));
+                    parts.push(Part::Marker(IM_END));
+                    parts.push(Part::Text("\n".into()));
+                }
+                None => parts.push(Part::Text(format!("{role}\n"))),
+            }
+        };
         if let Some(system) = default_system
             && messages.first().is_some_and(|m| m.role != "system")
         {
-            out.push_str(&format!("{IM_START}system\n{system}{IM_END}\n"));
+            turn(&mut parts, "system", Some(system));
         }
         for m in messages {
-            out.push_str(&format!("{IM_START}{}\n{}{IM_END}\n", m.role, m.content));
+            turn(&mut parts, &m.role, Some(&m.content));
         }
         if add_generation_prompt {
-            out.push_str(&format!("{IM_START}assistant\n"));
+            turn(&mut parts, "assistant", None);
         }
-        out
+        parts
+    }
+}
+
+/// A piece of a rendered prompt.
+enum Part {
+    /// One of the template's own control-token strings.
+    Marker(&'static str),
+    /// Text between markers: roles and message contents.
+    Text(String),
+}
+
+impl Part {
+    fn text(&self) -> &str {
+        match self {
+            Part::Marker(m) => m,
+            Part::Text(t) => t,
+        }
     }
 }

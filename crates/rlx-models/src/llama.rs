@@ -42,47 +42,120 @@ pub struct LlamaConfig {
 }
 
 fn meta_usize(g: &Gguf, key: &str) -> Result<usize> {
-    g.require(key)?.as_u64().map(|v| v as usize).ok_or_else(|| Error::parse(format!("gguf: '{key}' is not an integer")))
+    let v = g.require(key)?;
+    v.as_u64()
+        .and_then(|v| usize::try_from(v).ok())
+        .ok_or_else(|| Error::parse(format!("gguf: '{key}' is {}, not a non-negative integer", v.summary())))
+}
+
+/// `meta_usize` for a key that may be absent (then `default`).
+fn meta_usize_or(g: &Gguf, key: &str, default: usize) -> Result<usize> {
+    if g.get(key).is_none() { Ok(default) } else { meta_usize(g, key) }
+}
+
+/// A hyper-parameter that must be at least 1.
+fn positive(value: usize, key: &str) -> Result<usize> {
+    if value == 0 {
+        return Err(Error::parse(format!("gguf: '{key}' is 0")));
+    }
+    Ok(value)
 }
 
 impl LlamaConfig {
+    /// The hyper-parameters, each checked for consistency with the others (the tensors
+    /// are checked against them by [`Llama::from_gguf`]).
     pub fn from_gguf(g: &Gguf) -> Result<LlamaConfig> {
         let arch = g.require("general.architecture")?.as_str().unwrap_or("");
         if arch != "llama" {
             return Err(Error::unsupported(format!("architecture '{arch}': this loader reads 'llama'")));
         }
-        let d_model = meta_usize(g, "llama.embedding_length")?;
-        let n_head = meta_usize(g, "llama.attention.head_count")?;
-        let n_kv_head = g.get("llama.attention.head_count_kv").and_then(Value::as_u64).map_or(n_head, |v| v as usize);
-        if n_head == 0 || n_kv_head == 0 || !n_head.is_multiple_of(n_kv_head) {
-            return Err(Error::parse(format!("gguf: {n_head} heads do not split into groups of {n_kv_head} kv heads")));
+        let n_layer = positive(meta_usize(g, "llama.block_count")?, "llama.block_count")?;
+        let d_model = positive(meta_usize(g, "llama.embedding_length")?, "llama.embedding_length")?;
+        let d_ff = positive(meta_usize(g, "llama.feed_forward_length")?, "llama.feed_forward_length")?;
+        let n_head = positive(meta_usize(g, "llama.attention.head_count")?, "llama.attention.head_count")?;
+        let n_kv_head =
+            positive(meta_usize_or(g, "llama.attention.head_count_kv", n_head)?, "llama.attention.head_count_kv")?;
+        if !n_head.is_multiple_of(n_kv_head) {
+            return Err(Error::parse(format!(
+                "gguf: 'llama.attention.head_count' {n_head} does not split into groups of 'llama.attention.head_count_kv' {n_kv_head}"
+            )));
         }
         // Heads are usually d_model / n_head wide; a file can say otherwise.
-        let head_dim =
-            g.get("llama.attention.key_length").and_then(Value::as_u64).map_or(d_model / n_head, |v| v as usize);
-        let value_dim = g.get("llama.attention.value_length").and_then(Value::as_u64).map_or(head_dim, |v| v as usize);
-        if value_dim != head_dim {
-            return Err(Error::unsupported(format!("key_length {head_dim} != value_length {value_dim}")));
+        if g.get("llama.attention.key_length").is_none() && !d_model.is_multiple_of(n_head) {
+            return Err(Error::parse(format!(
+                "gguf: 'llama.embedding_length' {d_model} is not a multiple of 'llama.attention.head_count' {n_head} (and no 'llama.attention.key_length')"
+            )));
         }
-        let vocab = match g.get("llama.vocab_size").and_then(Value::as_u64) {
-            Some(v) => v as usize,
-            None => g.require("tokenizer.ggml.tokens")?.as_array().map_or(0, |a| a.len()),
-        };
-        let f = |key: &str, default: f64| g.get(key).and_then(Value::as_f64).unwrap_or(default) as f32;
+        let head_dim =
+            positive(meta_usize_or(g, "llama.attention.key_length", d_model / n_head)?, "llama.attention.key_length")?;
+        let value_dim = meta_usize_or(g, "llama.attention.value_length", head_dim)?;
+        if value_dim != head_dim {
+            return Err(Error::unsupported(format!(
+                "gguf: 'llama.attention.key_length' {head_dim} != 'llama.attention.value_length' {value_dim}"
+            )));
+        }
+        let rope_dims = meta_usize_or(g, "llama.rope.dimension_count", head_dim)?;
+        if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+            return Err(Error::parse(format!(
+                "gguf: 'llama.rope.dimension_count' {rope_dims} is not an even count of at most the head dim {head_dim}"
+            )));
+        }
+        let tokens = g.require("tokenizer.ggml.tokens")?.as_array().map_or(0, <[Value]>::len);
+        let vocab = meta_usize_or(g, "llama.vocab_size", tokens)?;
+        if vocab != tokens {
+            return Err(Error::parse(format!(
+                "gguf: 'llama.vocab_size' {vocab} != the {tokens} entries of 'tokenizer.ggml.tokens'"
+            )));
+        }
+        let f =
+            |key: &str, default: f64| -> Result<f32> {
+                match g.get(key) {
+                    None => Ok(default as f32),
+                    Some(v) => v.as_f64().map(|x| x as f32).filter(|x| x.is_finite() && *x > 0.0).ok_or_else(|| {
+                        Error::parse(format!("gguf: '{key}' is {}, not a positive number", v.summary()))
+                    }),
+                }
+            };
         Ok(LlamaConfig {
-            n_layer: meta_usize(g, "llama.block_count")?,
+            n_layer,
             d_model,
             n_head,
             n_kv_head,
             head_dim,
-            d_ff: meta_usize(g, "llama.feed_forward_length")?,
+            d_ff,
             vocab,
-            rope_base: f("llama.rope.freq_base", 10000.0),
-            rope_dims: g.get("llama.rope.dimension_count").and_then(Value::as_u64).map_or(head_dim, |v| v as usize),
-            rms_eps: f("llama.attention.layer_norm_rms_epsilon", 1e-5),
-            context_length: g.get("llama.context_length").and_then(Value::as_u64).map_or(2048, |v| v as usize),
+            rope_base: f("llama.rope.freq_base", 10000.0)?,
+            rope_dims,
+            rms_eps: f("llama.attention.layer_norm_rms_epsilon", 1e-5)?,
+            context_length: positive(meta_usize_or(g, "llama.context_length", 2048)?, "llama.context_length")?,
         })
     }
+}
+
+/// The checks a file's tensors must pass against its hyper-parameters before anything
+/// is built: no block past `llama.block_count` (a file with 30 blocks that says 29 would
+/// run 29 and print fluent nonsense), every expected tensor present (checked where each
+/// is bound, naming the key that asks for it).
+fn check_blocks(g: &Gguf, c: &LlamaConfig) -> Result<()> {
+    for t in &g.tensors {
+        let Some(rest) = t.name.strip_prefix("blk.") else { continue };
+        let block = rest.split('.').next().and_then(|n| n.parse::<usize>().ok());
+        match block {
+            Some(b) if b < c.n_layer => {}
+            Some(b) => {
+                return Err(Error::parse(format!(
+                    "gguf: tensor '{}' is in block {b}, but 'llama.block_count' is {} (blocks 0 to {})",
+                    t.name.escape_debug(),
+                    c.n_layer,
+                    c.n_layer - 1
+                )));
+            }
+            None => {
+                return Err(Error::parse(format!("gguf: tensor '{}' names no block number", t.name.escape_debug())));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How to run a model.
@@ -160,16 +233,25 @@ pub struct Llama {
     compile_seconds: f64,
 }
 
-/// Tensor `name`'s info, or an error naming it.
+/// Tensor `name`'s info, or an error naming it (and, for a block's tensor, the
+/// `llama.block_count` that asks for the block).
 fn tensor<'a>(g: &'a Gguf, name: &str) -> Result<&'a TensorInfo> {
-    g.tensor(name).ok_or_else(|| Error::parse(format!("gguf: missing tensor '{name}'")))
+    g.tensor(name).ok_or_else(|| {
+        let why = match (name.strip_prefix("blk."), g.get("llama.block_count").and_then(Value::as_u64)) {
+            (Some(_), Some(n)) => format!(" ('llama.block_count' is {n})"),
+            _ => String::new(),
+        };
+        Error::parse(format!("gguf: missing tensor '{name}'{why}"))
+    })
 }
 
-fn weight_info(t: &TensorInfo, rows: usize, cols: usize) -> Result<WeightInfo> {
+/// A projection's info after checking its shape; `keys` says which metadata the
+/// expected `[rows, cols]` comes from, so a mismatch names both sides.
+fn weight_info(t: &TensorInfo, rows: usize, cols: usize, keys: &str) -> Result<WeightInfo> {
     let shape = t.shape();
     if shape != [rows, cols] {
         return Err(Error::shape(format!(
-            "gguf: tensor '{}' is {:?} ({}), expected [{rows}, {cols}]",
+            "gguf: tensor '{}' is {:?} ({}), expected [{rows}, {cols}] from {keys}",
             t.name,
             shape,
             t.scheme.name()
@@ -188,6 +270,7 @@ impl Llama {
     pub fn from_gguf(mut gguf: Gguf, options: &LlamaOptions) -> Result<Llama> {
         let c = LlamaConfig::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        check_blocks(&gguf, &c)?;
         // The vocabulary now lives in the tokenizer; the metadata copy (~8 MB of small
         // strings for a 49k vocabulary) goes.
         gguf.metadata.retain(|(k, _)| {
@@ -202,18 +285,24 @@ impl Llama {
         let mut weights = HashMap::new();
         let mut norms = HashMap::new();
         let output_name = if gguf.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" };
-        let mut projections = vec![(output_name.to_string(), c.vocab, h)];
+        const VOCAB_D: &str = "the vocabulary ('tokenizer.ggml.tokens') and 'llama.embedding_length'";
+        const Q_D: &str = "'llama.attention.head_count' x head dim and 'llama.embedding_length'";
+        const KV_D: &str = "'llama.attention.head_count_kv' x head dim and 'llama.embedding_length'";
+        const D_Q: &str = "'llama.embedding_length' and 'llama.attention.head_count' x head dim";
+        const FF_D: &str = "'llama.feed_forward_length' and 'llama.embedding_length'";
+        const D_FF: &str = "'llama.embedding_length' and 'llama.feed_forward_length'";
+        let mut projections = vec![(output_name.to_string(), c.vocab, h, VOCAB_D)];
         for l in 0..c.n_layer {
-            for (part, rows, cols) in [
-                ("attn_q", q, h),
-                ("attn_k", kv, h),
-                ("attn_v", kv, h),
-                ("attn_output", h, q),
-                ("ffn_gate", ff, h),
-                ("ffn_up", ff, h),
-                ("ffn_down", h, ff),
+            for (part, rows, cols, keys) in [
+                ("attn_q", q, h, Q_D),
+                ("attn_k", kv, h, KV_D),
+                ("attn_v", kv, h, KV_D),
+                ("attn_output", h, q, D_Q),
+                ("ffn_gate", ff, h, FF_D),
+                ("ffn_up", ff, h, FF_D),
+                ("ffn_down", h, ff, D_FF),
             ] {
-                projections.push((format!("blk.{l}.{part}.weight"), rows, cols));
+                projections.push((format!("blk.{l}.{part}.weight"), rows, cols, keys));
             }
             for part in ["attn_norm", "ffn_norm"] {
                 let name = format!("blk.{l}.{part}.weight");
@@ -221,15 +310,15 @@ impl Llama {
             }
         }
         norms.insert("output_norm.weight".into(), norm_buffer(&gguf, "output_norm.weight", h, &borrow)?);
-        for (name, rows, cols) in projections {
+        for (name, rows, cols, keys) in projections {
             let t = tensor(&gguf, &name)?;
-            let info = weight_info(t, rows, cols)?;
+            let info = weight_info(t, rows, cols, keys)?;
             let row_bytes = info.scheme.row_bytes(cols)?;
             let buffer = borrow(t, DType::U8, &[rows, row_bytes])?;
             weights.insert(name, (info, buffer));
         }
         let embd = tensor(&gguf, "token_embd.weight")?.clone();
-        let embd_info = weight_info(&embd, c.vocab, h)?;
+        let embd_info = weight_info(&embd, c.vocab, h, VOCAB_D)?;
         let cache_dims = [1, c.n_kv_head, context, c.head_dim];
         let caches = (0..c.n_layer)
             .map(|_| Ok((ParamBuffer::zeroed(DType::F32, &cache_dims)?, ParamBuffer::zeroed(DType::F32, &cache_dims)?)))
@@ -512,7 +601,10 @@ fn norm_buffer(
 ) -> Result<ParamBuffer> {
     let t = tensor(g, name)?;
     if t.shape() != [h] {
-        return Err(Error::shape(format!("gguf: tensor '{name}' is {:?}, expected [{h}]", t.shape())));
+        return Err(Error::shape(format!(
+            "gguf: tensor '{name}' is {:?}, expected [{h}] from 'llama.embedding_length'",
+            t.shape()
+        )));
     }
     if t.scheme == QuantScheme::F32 {
         return borrow(t, DType::F32, &[h]);

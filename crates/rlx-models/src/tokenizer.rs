@@ -94,27 +94,75 @@ impl Tokenizer {
             }
         };
         let tokens = strings(gguf.require("tokenizer.ggml.tokens")?, "tokenizer.ggml.tokens")?;
-        let types: Vec<i64> = match gguf.get("tokenizer.ggml.token_type").and_then(Value::as_array) {
-            Some(a) => a.iter().map(|v| v.as_u64().map_or(1, |x| x as i64)).collect(),
+        if tokens.is_empty() {
+            return Err(Error::parse("gguf: 'tokenizer.ggml.tokens' is empty"));
+        }
+        // Token types, scores and merges must describe the same vocabulary: a short or
+        // missing list means a broken conversion, not something to paper over.
+        let types: Vec<i64> = match gguf.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .as_array()
+                .ok_or_else(|| Error::parse("gguf: 'tokenizer.ggml.token_type' is not an array"))?
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v.as_u64() {
+                    // llama.cpp's types: 0 undefined ... 6 byte.
+                    Some(t @ 0..=6) => Ok(t as i64),
+                    _ => Err(Error::parse(format!(
+                        "gguf: 'tokenizer.ggml.token_type'[{i}] is {}, not a token type from 0 to 6",
+                        v.summary()
+                    ))),
+                })
+                .collect::<Result<_>>()?,
             None => vec![1; tokens.len()],
         };
         if types.len() != tokens.len() {
-            return Err(Error::parse(format!("gguf: {} token types for {} tokens", types.len(), tokens.len())));
+            return Err(Error::parse(format!(
+                "gguf: 'tokenizer.ggml.token_type' has {} entries for the {} of 'tokenizer.ggml.tokens'",
+                types.len(),
+                tokens.len()
+            )));
+        }
+        if let Some(scores) = gguf.get("tokenizer.ggml.scores") {
+            let n = scores.as_array().map(<[Value]>::len);
+            if n != Some(tokens.len()) {
+                return Err(Error::parse(format!(
+                    "gguf: 'tokenizer.ggml.scores' has {} entries for the {} of 'tokenizer.ggml.tokens'",
+                    n.map_or_else(|| "no array of".to_string(), |n| n.to_string()),
+                    tokens.len()
+                )));
+            }
         }
         let ids: HashMap<String, TokenId> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as TokenId)).collect();
+        // A BPE vocabulary without merges would silently encode byte by byte: text the
+        // model never saw in training, so fluent-looking nonsense comes out.
+        let list = gguf
+            .get("tokenizer.ggml.merges")
+            .ok_or_else(|| {
+                Error::parse("gguf: missing metadata key 'tokenizer.ggml.merges' (a BPE tokenizer needs its merges)")
+            })?
+            .as_array()
+            .ok_or_else(|| Error::parse("gguf: 'tokenizer.ggml.merges' is not an array"))?;
+        if list.is_empty() {
+            return Err(Error::parse("gguf: 'tokenizer.ggml.merges' is empty (a BPE tokenizer needs its merges)"));
+        }
         let mut merges = HashMap::new();
-        if let Some(v) = gguf.get("tokenizer.ggml.merges") {
-            let list = v.as_array().ok_or_else(|| Error::parse("gguf: 'tokenizer.ggml.merges' is not an array"))?;
-            merges.reserve(list.len());
-            for (rank, m) in list.iter().enumerate() {
-                let m = m
-                    .as_str()
-                    .ok_or_else(|| Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] is not a string")))?;
-                let Some((a, b)) = m.split_once(' ') else {
-                    return Err(Error::parse(format!("gguf: merge {rank} '{m}' is not two tokens")));
-                };
-                if let (Some(&l), Some(&r), Some(&out)) = (ids.get(a), ids.get(b), ids.get(&format!("{a}{b}"))) {
+        merges.try_reserve(list.len()).map_err(|_| Error::parse("gguf: 'tokenizer.ggml.merges' is too large"))?;
+        for (rank, m) in list.iter().enumerate() {
+            let m = m
+                .as_str()
+                .ok_or_else(|| Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] is not a string")))?;
+            let Some((a, b)) = m.split_once(' ') else {
+                return Err(Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] {m:?} is not two tokens")));
+            };
+            match (ids.get(a), ids.get(b), ids.get(&format!("{a}{b}"))) {
+                (Some(&l), Some(&r), Some(&out)) => {
                     merges.entry((l, r)).or_insert((rank as u32, out));
+                }
+                _ => {
+                    return Err(Error::parse(format!(
+                        "gguf: 'tokenizer.ggml.merges'[{rank}] {m:?} joins tokens not in 'tokenizer.ggml.tokens'"
+                    )));
                 }
             }
         }
@@ -126,13 +174,21 @@ impl Tokenizer {
             .map(|(i, t)| (t.clone(), i as TokenId))
             .collect();
         specials.sort_by_key(|(t, _)| std::cmp::Reverse(t.len()));
-        let id_key = |key: &str| {
-            gguf.get(key).and_then(Value::as_u64).filter(|&i| (i as usize) < tokens.len()).map(|i| i as TokenId)
+        let id_key = |key: &str| -> Result<Option<TokenId>> {
+            let Some(v) = gguf.get(key) else { return Ok(None) };
+            match v.as_u64() {
+                Some(i) if i < tokens.len() as u64 => Ok(Some(i as TokenId)),
+                _ => Err(Error::parse(format!(
+                    "gguf: '{key}' is {}, not a token id below the {} of 'tokenizer.ggml.tokens'",
+                    v.summary(),
+                    tokens.len()
+                ))),
+            }
         };
         let byte_char = byte_alphabet();
         Ok(Tokenizer {
-            bos: id_key("tokenizer.ggml.bos_token_id"),
-            eos: id_key("tokenizer.ggml.eos_token_id"),
+            bos: id_key("tokenizer.ggml.bos_token_id")?,
+            eos: id_key("tokenizer.ggml.eos_token_id")?,
             add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool).unwrap_or(false),
             char_byte: byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect(),
             byte_char,
@@ -160,8 +216,10 @@ impl Tokenizer {
     }
 
     /// Token ids of `text`. With `special`, special-token strings in the text become
-    /// their tokens (templates need this); without, they are encoded as plain text.
-    /// No BOS is added here (see [`Tokenizer::encode_prompt`]).
+    /// their tokens (templates need this); without, they are encoded as plain text, as
+    /// anything a user typed must be (`<|im_start|>` typed into a chat message must not
+    /// open a turn: [`crate::ChatTemplate::encode`] parses only the template's own
+    /// markers). No BOS is added here (see [`Tokenizer::encode_prompt`]).
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<TokenId>> {
         let mut out = Vec::new();
         let mut rest = text;
@@ -185,12 +243,17 @@ impl Tokenizer {
 
     /// `encode(text, special)` with the BOS token first when the file asks for it.
     pub fn encode_prompt(&self, text: &str, special: bool) -> Result<Vec<TokenId>> {
-        let mut ids = Vec::new();
-        if let (true, Some(bos)) = (self.add_bos, self.bos) {
-            ids.push(bos);
-        }
+        let mut ids = self.prompt_start();
         ids.extend(self.encode(text, special)?);
         Ok(ids)
+    }
+
+    /// What every prompt starts with: the BOS token when the file asks for it.
+    pub fn prompt_start(&self) -> Vec<TokenId> {
+        match (self.add_bos, self.bos) {
+            (true, Some(bos)) => vec![bos],
+            _ => Vec::new(),
+        }
     }
 
     /// The earliest special token in `text`: (byte offset, byte length, id).
