@@ -112,23 +112,26 @@ pub fn inspect_gguf(path: &Path) -> Result<()> {
     println!();
     println!("metadata:");
     for (key, value) in &g.metadata {
-        println!("  {key:<44} {}", value.summary());
+        // Escaped: a key's bytes are the file's, and must not drive the terminal.
+        println!("  {:<44} {}", key.escape_debug().to_string(), value.summary());
     }
     println!();
     println!("{:<36} {:<6} {:<16} {:>12} {:>12}", "tensor", "type", "shape", "bytes", "offset");
-    let mut by_scheme: std::collections::BTreeMap<&str, (usize, u64)> = Default::default();
+    // u128 sums: tensors may share bytes, so totals are not bounded by the file size
+    // and u64 / usize sums could wrap.
+    let mut by_scheme: std::collections::BTreeMap<&str, (u128, u128)> = Default::default();
     for t in &g.tensors {
         let shape = format!("{:?}", t.shape());
-        println!("{:<36} {:<6} {:<16} {:>12} {:>12}", t.name, t.scheme.name(), shape, t.bytes, t.offset);
+        println!("{:<36} {:<6} {:<16} {:>12} {:>12}", t.name.escape_debug(), t.scheme.name(), shape, t.bytes, t.offset);
         let e = by_scheme.entry(t.scheme.name()).or_default();
-        e.0 += t.bytes;
-        e.1 += t.numel();
+        e.0 += t.bytes as u128;
+        e.1 += t.numel() as u128;
     }
     println!();
     for (scheme, (bytes, elems)) in by_scheme {
         println!(
             "{scheme:<6} {elems:>12} values {bytes:>12} bytes ({:.2} bits/value)",
-            bytes as f64 * 8.0 / elems as f64
+            bytes as f64 * 8.0 / elems.max(1) as f64
         );
     }
     Ok(())

@@ -147,3 +147,18 @@ fn lying_files_fail_with_one_line_naming_the_culprit() {
         assert!(err.starts_with("error: ") && err.contains("'huge' claims") && err.contains("byte 40"), "{err}");
     }
 }
+
+#[test]
+fn inspect_escapes_key_and_tensor_bytes() {
+    let dir = scratch("escape");
+    let mut w = GgufWriter::new();
+    w.metadata("evil\r\u{8}key", Value::U8(1));
+    w.tensor("t\u{1b}[2J", &[4], QuantScheme::F32, vec![0; 16]).unwrap();
+    let path = dir.join("escape.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let o = rlx(&["inspect", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(!out.contains('\r') && !out.contains('\u{8}') && !out.contains('\u{1b}'), "{out:?}");
+    assert!(out.contains(r"evil\r\u{8}key") && out.contains(r"t\u{1b}[2J"), "{out}");
+}

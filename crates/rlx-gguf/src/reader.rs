@@ -97,6 +97,8 @@ impl Gguf {
             let mut tensors: Vec<TensorInfo> = Vec::new();
             c.reserve(&mut tensors, tensor_count, 28, "tensor_count")?;
             let mut names = HashSet::new();
+            // Where each tensor's info starts, for the data-range errors below.
+            let mut info_at = Vec::new();
             for i in 0..tensor_count {
                 let at = c.at;
                 let name = c.string(&format!("name of tensor {i}"))?;
@@ -131,6 +133,7 @@ impl Gguf {
                     return Err(Error::parse(format!("gguf: byte {at}: tensor {} appears twice", esc(&name))));
                 }
                 tensors.push(TensorInfo { name, dims, scheme, offset, bytes });
+                info_at.push(at);
             }
             let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment").map(|(_, v)| v.as_u64()) {
                 None => 32,
@@ -148,7 +151,7 @@ impl Gguf {
             // Padding to the alignment may run past a file that ends in its header: then
             // no tensor can have data (and `tensor_data` must not slice from past the end).
             let data_len = (data.len() as u64).checked_sub(data_offset);
-            for t in &tensors {
+            for (t, at) in tensors.iter().zip(&info_at) {
                 let end = t.offset.checked_add(t.bytes as u64);
                 let inside = match (end, data_len) {
                     (Some(end), Some(len)) => end <= len,
@@ -156,7 +159,7 @@ impl Gguf {
                 };
                 if !t.offset.is_multiple_of(alignment) || !inside {
                     return Err(Error::parse(format!(
-                        "gguf: tensor {} data at offset {} (+{} bytes) is misaligned (alignment {alignment}) or runs past the file ({} data bytes from byte {data_offset})",
+                        "gguf: byte {at}: tensor {} data at offset {} (+{} bytes) is misaligned (alignment {alignment}) or runs past the file ({} data bytes from byte {data_offset})",
                         esc(&t.name),
                         t.offset,
                         t.bytes,
