@@ -14,6 +14,8 @@ const MAX_DIMS: u32 = 4;
 const MAX_NESTING: u32 = 8;
 /// Metadata array items a file may hold in all (each costs a 32-byte `Value`: 512 MiB).
 const MAX_ARRAY_ITEMS: u64 = 1 << 24;
+/// Entries reserved ahead of parsing them (a 64k vocabulary in one allocation).
+const RESERVE_AHEAD: u64 = 1 << 16;
 
 /// A tensor's entry in the header.
 #[derive(Clone, Debug, PartialEq)]
@@ -278,11 +280,13 @@ impl Cursor<'_> {
     }
 
     /// Reserves room in `v` for `count` entries of at least `min_size` encoded bytes,
-    /// capped by what the rest of the file can hold, fallibly: the count is the file's
-    /// claim, not a size to trust.
+    /// capped by what the rest of the file can hold and by RESERVE_AHEAD, fallibly: the
+    /// count is the file's claim, not a size to trust. Past the cap the vector grows as
+    /// entries really parse (a forged metadata count in a 98 MB file would otherwise
+    /// reserve 98 MB / 12 x 56 bytes = 457 MB before the first key fails).
     fn reserve<T>(&self, v: &mut Vec<T>, count: u64, min_size: u64, field: &str) -> Result<()> {
         let left = (self.data.len() - self.at) as u64;
-        let n = usize::try_from(count.min(left / min_size.max(1))).unwrap_or(usize::MAX);
+        let n = usize::try_from(count.min(left / min_size.max(1)).min(RESERVE_AHEAD)).unwrap_or(usize::MAX);
         v.try_reserve_exact(n).map_err(|_| {
             Error::parse(format!("gguf: byte {}: {field} {count}: cannot allocate room for {n} entries", self.at))
         })
