@@ -264,7 +264,8 @@ impl Llama {
     /// Maps `path` and prepares the model (graphs compile on first use).
     pub fn load(path: impl AsRef<Path>, options: &LlamaOptions) -> Result<Llama> {
         let gguf = Gguf::open(path.as_ref())?;
-        Llama::from_gguf(gguf, options)
+        // The file's name on a model-level error too (the reader's already carry it).
+        Llama::from_gguf(gguf, options).map_err(|e| e.context(path.as_ref().display()))
     }
 
     pub fn from_gguf(mut gguf: Gguf, options: &LlamaOptions) -> Result<Llama> {
