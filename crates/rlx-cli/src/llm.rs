@@ -19,6 +19,8 @@ pub struct GenerateArgs {
     pub context: usize,
     pub f32_decode: bool,
     pub device: Device,
+    /// Parse control-token strings in the user's text as control tokens (`--special`).
+    pub special: bool,
 }
 
 /// The model path given, or the default one, which must exist.
@@ -31,16 +33,11 @@ pub fn model_path(given: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// `rlx generate`, with control-token strings in the user's text as plain text.
+/// `rlx generate`. Control-token strings (`<|im_start|>` ...) typed in the prompt, the
+/// system message or the chat message are plain text unless `args.special`: only the chat
+/// template's own markers are control tokens, so a message cannot open a turn of its own.
 pub fn generate(args: &GenerateArgs) -> Result<()> {
-    generate_with(args, false)
-}
-
-/// `rlx generate`; `special` parses control-token strings (`<|im_start|>` ...) typed in
-/// the prompt, the system message and the chat message as control tokens (`--special`).
-/// Without it they are plain text: only the chat template's own markers are control
-/// tokens, so a message cannot open a turn of its own.
-pub fn generate_with(args: &GenerateArgs, special: bool) -> Result<()> {
+    let special = args.special;
     let path = model_path(args.model.as_deref())?;
     let options =
         LlamaOptions { context: args.context, threads: args.threads, q8_decode: !args.f32_decode, device: args.device };

@@ -69,6 +69,11 @@ enum Command {
         /// Decode with f32 activations instead of 8-bit integer dot products.
         #[arg(long)]
         f32_decode: bool,
+        /// Parse control-token strings typed in the prompt or system message (e.g.
+        /// <|im_start|>) as control tokens; by default they are plain text and only the
+        /// chat template's own markers are control tokens.
+        #[arg(long)]
+        special: bool,
         /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
         #[arg(long, default_value = "cpu")]
         device: String,
@@ -189,6 +194,7 @@ fn main() -> ExitCode {
             threads,
             ctx,
             f32_decode,
+            special,
             device,
         } => Device::from_name(&device).and_then(|device| {
             llm::generate(&llm::GenerateArgs {
@@ -209,6 +215,7 @@ fn main() -> ExitCode {
                 context: ctx,
                 f32_decode,
                 device,
+                special,
             })
         }),
         Command::Run { graph, inputs, params, out, device } => {

@@ -106,6 +106,10 @@ fn typed_control_tokens_are_plain_text() {
     // 12 bytes of text, not one control token.
     let text_bytes = "user\n".len() + message.len() + "\n".len() + "assistant\n".len();
     assert_eq!(prompt_tokens(&o), 3 + text_bytes);
+    // With --special the typed marker is the control token: 12 bytes become 1 token.
+    let o = rlx(&["generate", "--model", model, "--chat", "--special", "-p", message, "-n", "1", "--threads", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(prompt_tokens(&o), 3 + 1 + text_bytes - "<|im_start|>".len());
     // Without --chat the prompt is plain text too.
     let o = rlx(&["generate", "--model", model, "-p", message, "-n", "1", "--threads", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
