@@ -12,9 +12,14 @@ pub fn numel(dims: &[usize]) -> usize {
     dims.iter().product()
 }
 
-/// `numel(dims) * dtype.size_bytes()`, checked; the error names `what`.
+/// `numel(dims) * dtype.size_bytes()`, checked; the error names `what`. The product of
+/// the nonzero dims must fit too (as NumPy requires): a kernel's strides and row sizes
+/// are products of some of the dims, and `[0, 2, 3, 2^64 - 1]` holds no element yet
+/// overflowed every one of them (found by the graph_run fuzzer).
 pub fn checked_byte_len(what: &str, dtype: DType, dims: &[usize]) -> Result<usize> {
-    checked_numel(dims)
+    let nonzero = dims.iter().try_fold(dtype.size_bytes(), |acc, &d| acc.checked_mul(d.max(1)));
+    nonzero
+        .and_then(|_| checked_numel(dims))
         .and_then(|n| n.checked_mul(dtype.size_bytes()))
         .ok_or_else(|| Error::shape(format!("{what}: shape {} of {dtype} overflows usize", fmt_dims(dims))))
 }

@@ -273,7 +273,7 @@ impl Op {
             Op::Reduce { op, axes, keep_dims } => reduce::infer_reduce(*op, ins[0], axes, *keep_dims),
             Op::ArgMax { axis, keep_dims } => reduce::infer_argmax(ins[0], *axis, *keep_dims),
             Op::Softmax { axis } | Op::LogSoftmax { axis } => softmax::infer(ins[0], *axis),
-            Op::LayerNorm { .. } | Op::RmsNorm { .. } => norm::infer(ins[0], &ins[1..]),
+            Op::LayerNorm { eps, .. } | Op::RmsNorm { eps, .. } => norm::infer(eps.0, ins[0], &ins[1..]),
             Op::Reshape { dims } => layout::infer_reshape(ins[0], dims),
             Op::Transpose { perm } => layout::infer_transpose(ins[0], perm),
             Op::Narrow { axis, start, len } => layout::infer_narrow(ins[0], *axis, *start, *len),

@@ -10,7 +10,9 @@
 use super::{F32Attr, Op, Operand, check_finite, check_float};
 use crate::{DType, Error, Graph, NodeId, Result};
 
-pub(crate) fn infer(x: Operand, affine: &[Operand]) -> Result<(DType, Vec<usize>)> {
+pub(crate) fn infer(eps: f32, x: Operand, affine: &[Operand]) -> Result<(DType, Vec<usize>)> {
+    // Checked here, not only in the builders: `Graph::push` and documents reach this rule.
+    check_eps(eps)?;
     check_float("x", x)?;
     let Some(&h) = x.dims.last() else {
         return Err(Error::shape(format!("x needs rank >= 1, got {}", x.ty())));

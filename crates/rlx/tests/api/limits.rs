@@ -87,3 +87,40 @@ fn memory_limits_parse_with_units() {
         assert!(e.to_string().contains("is not a byte count"), "{bad}: {e}");
     }
 }
+
+/// A zero-element tensor whose other dims multiply past usize (`f32[0,2,3,2^64-1]`)
+/// passed the byte check and overflowed the attention kernel's strides (graph_run
+/// fuzzer); the product of the nonzero dims must fit, as in NumPy.
+#[test]
+fn empty_tensors_with_overflowing_dims_are_refused() {
+    let mut g = Graph::new("empty");
+    let e = g.input("q", DType::F32, &[0, 2, 3, usize::MAX]).expect_err("refused");
+    assert!(e.to_string().contains("shape [0,2,3,18446744073709551615] of f32 overflows usize"), "{e}");
+    let e = g.input("r", DType::F32, &[0, 1 << 62]).expect_err("4 bytes x 2^62 overflows");
+    assert!(e.to_string().contains("overflows usize"), "{e}");
+    // Zero-element tensors whose nonzero dims fit stay valid.
+    let x = g.input("x", DType::F32, &[0, 1 << 40]).unwrap();
+    let y = g.unary(Unary::Neg, x).unwrap();
+    g.set_outputs(&[y]).unwrap();
+    let mut c = Session::new(Device::Cpu).unwrap().compile_with(&g, &CompileOptions::default()).unwrap();
+    let out = c.run(&[("x", &[])]).unwrap();
+    assert!(out[0].is_empty());
+}
+
+/// A norm's eps is checked by its shape rule, so `Graph::push` (and so importers and
+/// transforms) cannot build a NaN or negative eps the builders refuse.
+#[test]
+fn norm_eps_is_checked_by_the_shape_rule() {
+    use rlx::ir::{F32Attr, Op};
+    let mut g = Graph::new("norm");
+    let x = g.input("x", DType::F32, &[2, 3]).unwrap();
+    for eps in [f32::NAN, f32::INFINITY, -1.0] {
+        for op in [
+            Op::RmsNorm { eps: F32Attr(eps), gamma: false },
+            Op::LayerNorm { eps: F32Attr(eps), gamma: false, beta: false },
+        ] {
+            let e = g.push(op, &[x]).expect_err("refused");
+            assert!(e.to_string().contains("eps"), "{eps}: {e}");
+        }
+    }
+}
