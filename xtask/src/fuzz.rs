@@ -85,12 +85,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let mut failed = Vec::new();
+    let mut reports = Vec::new();
     for t in &o.targets {
         let report = if o.merge { merge(&root, t)? } else { fuzz(&root, t, &o)? };
         println!("{report}");
         if report.crashes > 0 || !report.ok {
             failed.push(*t);
         }
+        reports.push(report);
+    }
+    if reports.len() > 1 {
+        // libFuzzer's output scrolls the per-target lines away: repeat them together.
+        println!("summary:");
+        reports.iter().for_each(|r| println!("  {r}"));
     }
     if failed.is_empty() { Ok(()) } else { Err(format!("fuzz targets with crashes: {}", failed.join(" "))) }
 }
@@ -182,10 +189,7 @@ fn fuzz(root: &Path, target: &str, o: &Options) -> Result<Report, String> {
     if regressions.is_dir() {
         cmd.arg(&regressions);
     }
-    cmd
-        .arg(format!("-artifact_prefix={}/", artifacts.display()))
-        .args(limits(target))
-        .arg("-print_final_stats=1");
+    cmd.arg(format!("-artifact_prefix={}/", artifacts.display())).args(limits(target)).arg("-print_final_stats=1");
     if let Some(n) = o.runs {
         cmd.arg(format!("-runs={n}"));
     }
@@ -199,8 +203,8 @@ fn fuzz(root: &Path, target: &str, o: &Options) -> Result<Report, String> {
         .output()
         .map_err(|e| format!("cannot run {} (build it first): {e}", binary(root, target).display()))?;
     let log = String::from_utf8_lossy(&out.stderr);
-    // Show what libFuzzer says apart from its periodic progress lines.
-    for line in log.lines().filter(|l| !is_progress(l)) {
+    // Show what libFuzzer says apart from its periodic progress and new-function lines.
+    for line in log.lines().filter(|l| !is_progress(l) && !l.trim_start().starts_with("NEW_FUNC")) {
         eprintln!("  {line}");
     }
     let new_artifacts: Vec<PathBuf> = files_in(&artifacts).into_iter().skip(before).collect();

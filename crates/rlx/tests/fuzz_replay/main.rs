@@ -109,7 +109,7 @@ fn write_repro_documents() {
     for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let path = entry.expect("a directory entry").path();
         let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        if !name.starts_with("graph_run-") || name.ends_with(".json") {
+        if !name.starts_with("graph_run-") || name.contains('.') || !path.is_file() {
             continue;
         }
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
