@@ -75,8 +75,9 @@ fn malformed_files_name_the_offset_and_field() {
     );
 }
 
-/// Every truncation, then random byte edits: Ok or Err, never a panic (bounded run of
-/// the corpus the cargo-fuzz target in fuzz/ explores without bound).
+/// Every truncation, then random byte edits: Ok or Err, never a panic (a bounded, blind
+/// version of what the coverage-guided `gguf` target in the root fuzz/ explores:
+/// `cargo xtask fuzz gguf`).
 #[test]
 fn fuzzed_files_never_panic() {
     let good = sample();
