@@ -282,7 +282,15 @@ impl Llama {
         let borrow = |t: &TensorInfo, dtype: DType, dims: &[usize]| {
             ParamBuffer::from_bytes(dtype, dims, bytes.clone(), gguf.tensor_range(t)).map_err(|e| e.context(&t.name))
         };
-        let (h, q, kv, ff) = (c.d_model, c.n_head * c.head_dim, c.n_kv_head * c.head_dim, c.d_ff);
+        // Head counts and dims are the file's numbers: their products are checked.
+        let width = |heads: usize, key: &str| {
+            heads.checked_mul(c.head_dim).ok_or_else(|| {
+                Error::parse(format!("gguf: '{key}' x head dim ({heads} x {}) overflows usize", c.head_dim))
+            })
+        };
+        let (q, kv) =
+            (width(c.n_head, "llama.attention.head_count")?, width(c.n_kv_head, "llama.attention.head_count_kv")?);
+        let (h, ff) = (c.d_model, c.d_ff);
         let mut weights = HashMap::new();
         let mut norms = HashMap::new();
         let output_name = if gguf.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" };

@@ -60,7 +60,10 @@ impl ParamBuffer {
     /// A zeroed, writable buffer storing `dtype` in `class` (a program's slot: f16/bf16
     /// packed, or widened to f32 where a reader needs that).
     pub(crate) fn zeroed_in(class: Class, dtype: DType, dims: &[usize]) -> Result<ParamBuffer> {
-        let bytes = numel(dims) * class.size_bytes();
+        // Dims come from users (a model's `--ctx`, a GGUF's head counts): checked.
+        let bytes = rlx_ir::shape::checked_numel(dims)
+            .and_then(|n| n.checked_mul(class.size_bytes()))
+            .ok_or_else(|| Error::input(format!("a buffer of {} overflows usize", fmt_type(dtype, dims))))?;
         let mut arena = Arena::new(bytes)?;
         let start = arena.base();
         Ok(ParamBuffer(Arc::new(Inner {

@@ -16,7 +16,9 @@
 //! bound is O((SUM_BLOCK / SUM_LANES + log2 n) eps sum|v|), like NumPy's pairwise sum and
 //! unlike one running sum (whose f32 sum of 2e7 ones stops at 16777216), and the order is
 //! the same for every layout, ISA and thread count. Integer sums wrap (any order gives
-//! the same value); `prod` multiplies in sequence order in the compute type;
+//! the same value); `prod` multiplies in sequence order in the compute type (the GPU
+//! backend combines float sums and products in its own workgroup tree, within the
+//! pairwise bound);
 //! `max`/`min` return NaN if any reduced element is NaN.
 //! `argmax` returns the i64 index of the first maximum along `axis`; a NaN counts as
 //! the maximum (first NaN wins, as in NumPy).

@@ -59,13 +59,17 @@ fn a_plan_above_the_memory_limit_is_refused_at_compile() {
     let msg = e.to_string();
     assert!(msg.contains("over the 1073741824 bytes available"), "{msg}");
     assert!(msg.contains("f32[300000000]") && msg.contains("(1200000000 bytes)"), "{msg}");
-    // Without an explicit limit the machine's own is used: 2^50 bytes fit nowhere.
+    // Without an explicit limit the machine's own is used (where it can be read): 2^50
+    // bytes fit nowhere.
+    assert!(cfg!(not(target_os = "linux")) || rlx::runtime::memory::available_bytes().is_some());
     let mut g = Graph::new("bigger");
     let x = g.input("x", DType::F32, &[1 << 48]).unwrap();
     let y = g.unary(Unary::Neg, x).unwrap();
     g.set_outputs(&[y]).unwrap();
-    let e = Session::new(Device::Cpu).unwrap().compile_with(&g, &CompileOptions::default()).err().expect("refused");
-    assert!(e.to_string().contains("bytes available"), "{e}");
+    if rlx::runtime::memory::available_bytes().is_some() {
+        let e = Session::new(Device::Cpu).unwrap().compile_with(&g, &CompileOptions::default()).err().expect("refused");
+        assert!(e.to_string().contains("bytes available"), "{e}");
+    }
     // The same graphs compile under a limit that holds them.
     let options = CompileOptions { memory_limit: Some(u64::MAX), ..CompileOptions::default() };
     let mut small = Graph::new("small");

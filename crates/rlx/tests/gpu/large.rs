@@ -397,6 +397,19 @@ fn long_inner_loops_match_the_cpu() {
         let case = rlx_corpus::Case::new(&format!("attention {keys} keys"), g, keys + 64, 4, -1.0, 1.0, 1).unwrap();
         cases.push((case, keys > 30_000));
     }
+    // 1x1 convs: 10,000 channels take 50,001 trips (a channel, a row and a column each,
+    // and each inner loop's exit), on the GPU; 20,000 came out wrong on lavapipe while
+    // the first bound (channels x taps x 3 = 60,000) kept them there; now on the host.
+    for channels in [10_000usize, 20_000] {
+        let mut g = Graph::new("wide_conv");
+        let x = g.input("x", DType::F32, &[1, channels, 1, 1]).unwrap();
+        let w = g.input("w", DType::F32, &[2, channels, 1, 1]).unwrap();
+        let y = g.conv2d(x, w, None, Conv2dParams::default()).unwrap();
+        g.set_outputs(&[y]).unwrap();
+        let case =
+            rlx_corpus::Case::new(&format!("conv 1x1 {channels} channels"), g, channels, 7, -1.0, 1.0, 1).unwrap();
+        cases.push((case, channels >= 20_000));
+    }
     // A row wider than a workgroup's bounded passes reach (about 5.1e6) runs on the host.
     let mut g = Graph::new("widest_softmax");
     let x = g.input("x", DType::F32, &[1, 6_000_000]).unwrap();

@@ -242,8 +242,16 @@ fn float_sums_follow_the_pairwise_order_in_every_layout() {
     // ([2, n, 3] over axis 1) and scattered ([n, 2, 3] over axes 0 and 2, whose sequence
     // is row-major over (axis 0, axis 2)): every output equals the reference on its own
     // sequence, and the mean is that sum divided once.
+    // [1025, 2100] over axis 0: columns past one 1024-wide tile of the kernel's scratch.
+    let layouts = |n: usize| {
+        let mut l = vec![(vec![n, 3], vec![0]), (vec![2, n, 3], vec![1]), (vec![n, 2, 3], vec![0, 2])];
+        if n == 1025 {
+            l.push((vec![n, 2100], vec![0]));
+        }
+        l
+    };
     for n in [1usize, 17, 1000, 1025, 20_000] {
-        for (dims, axes) in [(vec![n, 3], vec![0]), (vec![2, n, 3], vec![1]), (vec![n, 2, 3], vec![0, 2])] {
+        for (dims, axes) in layouts(n) {
             let x = rand_input(&mut rng, DType::F32, &dims, -1.0, 1.0);
             let (out, _, _) = reference(ReduceOp::Sum, &x, &axes, false);
             let mut seqs: Vec<Vec<f32>> = vec![Vec::new(); out.iter().product()];
@@ -256,8 +264,8 @@ fn float_sums_follow_the_pairwise_order_in_every_layout() {
             let x2 = In { dtype: x.dtype, dims: x.dims.clone(), values: x.values.clone() };
             let got = eval_ok(&[x], |g, x| g.reduce(ReduceOp::Sum, x[0], &axes, false));
             assert_exact(&got, DType::F32, &out, &sums, &format!("sum {dims:?} axes {axes:?}"));
-            let means: Vec<f64> =
-                sums.iter().map(|&s| (s as f32 / (n * if axes.len() == 2 { 3 } else { 1 }) as f32) as f64).collect();
+            let count = axes.iter().map(|&a| dims[a]).product::<usize>() as f32;
+            let means: Vec<f64> = sums.iter().map(|&s| (s as f32 / count) as f64).collect();
             let got = eval_ok(&[x2], |g, x| g.reduce(ReduceOp::Mean, x[0], &axes, false));
             assert_exact(&got, DType::F32, &out, &means, &format!("mean {dims:?} axes {axes:?}"));
         }

@@ -131,17 +131,23 @@ fn sum<T: Pairwise>(plan: &ReducePlan, arm: Arm, x: &[T], out: &mut [T]) -> Resu
             }
         }
         // `r` rows of `inner` columns per output block: the same order per column,
-        // vectorized across columns.
-        Some([outer, _, inner]) => threads::with_scratch::<T, _>(inner * (SUM_LANES + tree_depth(r)), |scratch| {
-            for o in 0..outer {
-                let rows = &x[o * r * inner..(o + 1) * r * inner];
-                T::sum_columns(arm, rows, inner, &mut out[o * inner..(o + 1) * inner], scratch);
-            }
-        }),
+        // vectorized across a tile of columns (the scratch is 16 + depth tile rows, not
+        // 16 + depth copies of the output: `[2, 1e8]` over axis 0 asked for 6.4 GB).
+        Some([outer, _, inner]) => {
+            threads::with_scratch::<T, _>(COLUMN_TILE.min(inner) * (SUM_LANES + tree_depth(r)), |scratch| {
+                for o in 0..outer {
+                    let (rows, sums) = (&x[o * r * inner..(o + 1) * r * inner], &mut out[o * inner..(o + 1) * inner]);
+                    for (t, tile) in sums.chunks_mut(COLUMN_TILE).enumerate() {
+                        let from = (t * COLUMN_TILE).min(rows.len());
+                        T::sum_columns(arm, &rows[from..], r, inner, tile, scratch);
+                    }
+                }
+            })
+        }
         // Reduced axes scattered between kept ones: gather each output's sequence
         // (row-major over the reduced axes), then sum it like a run.
         None => threads::with_scratch::<T, _>(r, |seq| {
-            let strides = row_major_strides(&plan.in_dims);
+            let strides = rlx_ir::shape::strides(&plan.in_dims);
             for (o, dst) in out.iter_mut().enumerate() {
                 let base = offset_of(o, &plan.kept, &plan.in_dims, &strides);
                 for (j, s) in seq.iter_mut().enumerate() {
@@ -156,14 +162,6 @@ fn sum<T: Pairwise>(plan: &ReducePlan, arm: Arm, x: &[T], out: &mut [T]) -> Resu
         out.iter_mut().for_each(|v| *v = *v / n);
     }
     Ok(())
-}
-
-fn row_major_strides(dims: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; dims.len()];
-    for a in (0..dims.len().saturating_sub(1)).rev() {
-        strides[a] = strides[a + 1] * dims[a + 1];
-    }
-    strides
 }
 
 /// Element offset of the `i`-th index (row-major) over `axes` of `dims`.
@@ -188,12 +186,15 @@ fn split(n: usize) -> usize {
     n.div_ceil(SUM_BLOCK).div_ceil(2) * SUM_BLOCK
 }
 
+/// Columns summed per call of `Pairwise::sum_columns` (4 KiB of f32 per lane row).
+const COLUMN_TILE: usize = 1024;
+
 /// Float types summed in the pairwise order (f32 and f64 storage).
 pub trait Pairwise: Float {
     fn sum_run(arm: Arm, x: &[Self]) -> Self;
-    /// Per column of the `inner`-wide rows of `x`, the pairwise sum down the rows.
-    /// `scratch` holds `inner * (SUM_LANES + tree_depth(rows))` elements.
-    fn sum_columns(arm: Arm, x: &[Self], inner: usize, out: &mut [Self], scratch: &mut [Self]);
+    /// Per column `c < out.len()`, the pairwise sum of `x[j * stride + c]` over rows
+    /// `j < rows`. `scratch` holds `out.len() * (SUM_LANES + tree_depth(rows))` elements.
+    fn sum_columns(arm: Arm, x: &[Self], rows: usize, stride: usize, out: &mut [Self], scratch: &mut [Self]);
 }
 
 /// The pairwise sum of a contiguous run.
@@ -223,32 +224,33 @@ fn pairwise_run<T: Float>(x: &[T]) -> T {
     lanes[0]
 }
 
-/// `pairwise_run` of every column of `x` (rows of `inner`), written to `out`: the lanes
-/// are `SUM_LANES` rows of scratch, each tree level above the blocks one row more.
+/// `pairwise_run` of every column of `rows` rows `stride` apart, written to `out` (one
+/// element per column): the lanes are `SUM_LANES` rows of scratch, each tree level above
+/// the blocks one row more.
 #[inline(always)]
-fn pairwise_columns<T: Float>(x: &[T], inner: usize, out: &mut [T], scratch: &mut [T]) {
-    let rows = x.len() / inner;
+fn pairwise_columns<T: Float>(x: &[T], rows: usize, stride: usize, out: &mut [T], scratch: &mut [T]) {
+    let width = out.len();
     if rows > SUM_BLOCK {
-        let at = split(rows) * inner;
-        let (left, rest) = scratch.split_at_mut(inner);
-        pairwise_columns(&x[..at], inner, out, rest);
-        pairwise_columns(&x[at..], inner, left, rest);
-        out.iter_mut().zip(left.iter()).for_each(|(o, &r)| *o += r);
+        let at = split(rows);
+        let (right, rest) = scratch.split_at_mut(width);
+        pairwise_columns(x, at, stride, out, rest);
+        pairwise_columns(&x[at * stride..], rows - at, stride, right, rest);
+        out.iter_mut().zip(right.iter()).for_each(|(o, &r)| *o += r);
         return;
     }
-    let lanes = &mut scratch[..SUM_LANES * inner];
+    let lanes = &mut scratch[..SUM_LANES * width];
     lanes.fill(T::ZERO);
-    for (j, row) in x.chunks_exact(inner).enumerate() {
-        let lane = &mut lanes[(j % SUM_LANES) * inner..][..inner];
-        lane.iter_mut().zip(row).for_each(|(a, &v)| *a += v);
+    for j in 0..rows {
+        let lane = &mut lanes[(j % SUM_LANES) * width..][..width];
+        lane.iter_mut().zip(&x[j * stride..][..width]).for_each(|(a, &v)| *a += v);
     }
-    let mut width = SUM_LANES / 2;
-    while width > 0 {
-        let (lo, hi) = lanes.split_at_mut(width * inner);
-        lo.iter_mut().zip(&hi[..width * inner]).for_each(|(a, &b)| *a += b);
-        width /= 2;
+    let mut half = SUM_LANES / 2;
+    while half > 0 {
+        let (lo, hi) = lanes.split_at_mut(half * width);
+        lo.iter_mut().zip(&hi[..half * width]).for_each(|(a, &b)| *a += b);
+        half /= 2;
     }
-    out.copy_from_slice(&lanes[..inner]);
+    out.copy_from_slice(&lanes[..width]);
 }
 
 macro_rules! impl_pairwise {
@@ -259,16 +261,16 @@ macro_rules! impl_pairwise {
             }
         }
         multiversion! {
-            fn $cols(x: &[$t], inner: usize, out: &mut [$t], scratch: &mut [$t]) {
-                pairwise_columns(x, inner, out, scratch)
+            fn $cols(x: &[$t], rows: usize, stride: usize, out: &mut [$t], scratch: &mut [$t]) {
+                pairwise_columns(x, rows, stride, out, scratch)
             }
         }
         impl Pairwise for $t {
             fn sum_run(arm: Arm, x: &[$t]) -> $t {
                 $run(arm, x)
             }
-            fn sum_columns(arm: Arm, x: &[$t], inner: usize, out: &mut [$t], scratch: &mut [$t]) {
-                $cols(arm, x, inner, out, scratch)
+            fn sum_columns(arm: Arm, x: &[$t], rows: usize, stride: usize, out: &mut [$t], scratch: &mut [$t]) {
+                $cols(arm, x, rows, stride, out, scratch)
             }
         }
     };

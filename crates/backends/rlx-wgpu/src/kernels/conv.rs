@@ -3,7 +3,7 @@
 //! with respect to an input position gathers from the output positions whose windows
 //! cover it (no float atomics), so each element is one thread's sum.
 
-use super::{Call, Tensor, Word, store_round, u32s, within_loop_limit};
+use super::{Call, Tensor, Word, nested_trips, store_round, u32s, within_loop_limit};
 use rlx_ir::{Conv2dParams, PoolParams};
 
 /// meta: n c h w (the input) | o oh ow (the output) | kh kw | stride y x | dilation y x |
@@ -79,8 +79,8 @@ const SOURCE: &str = "fn out_pos(at: i32, k: u32, stride: u32, dil: u32, pad: u3
 pub fn conv2d(p: &Conv2dParams, bias: bool, ins: &[Tensor], out: &Tensor) -> Option<Call> {
     all_f32(&ins.iter().chain([out]).collect::<Vec<_>>())?;
     let (kh, kw) = (ins[1].dims[2], ins[1].dims[3]);
-    // Each output loops over its group's channels and the window.
-    within_loop_limit((ins[0].dims[1] / p.groups.max(1)).saturating_mul(kh * (1 + kw)))?;
+    // Each output loops over its group's channels and, inside, the window rows and columns.
+    within_loop_limit(nested_trips(&[ins[0].dims[1] / p.groups.max(1), kh, kw]))?;
     let mut meta = geometry(&ins[0].dims, &out.dims, [kh, kw], p.stride, p.dilation, p.padding);
     meta.push(p.groups as u32);
     let init = if bias { "t2[o2(f)]" } else { "0.0" };
@@ -116,7 +116,7 @@ pub fn conv2d(p: &Conv2dParams, bias: bool, ins: &[Tensor], out: &Tensor) -> Opt
 /// (`Some(count_include_pad)`).
 pub fn pool(p: &PoolParams, avg: Option<bool>, x: &Tensor, out: &Tensor) -> Option<Call> {
     all_f32(&[x, out])?;
-    within_loop_limit(p.kernel[0].saturating_mul(1 + p.kernel[1]))?;
+    within_loop_limit(nested_trips(&p.kernel))?;
     let meta = geometry(&x.dims, &out.dims, p.kernel, p.stride, [1, 1], p.padding);
     let (init, step, result) = match avg {
         None => ("-bitcast<f32>(0x7f800000u)", "acc = fmax(acc, v);", "acc".to_string()),
@@ -149,8 +149,8 @@ pub fn pool(p: &PoolParams, avg: Option<bool>, x: &Tensor, out: &Tensor) -> Opti
 /// `[g, w]` -> dx: every output position and tap that reads input `(iy, ix)`.
 pub fn conv2d_grad_input(p: &Conv2dParams, g: &Tensor, w: &Tensor, dx: &Tensor) -> Option<Call> {
     all_f32(&[g, w, dx])?;
-    // Each input position loops over its group's output channels and the window.
-    within_loop_limit((g.dims[1] / p.groups.max(1)).saturating_mul(w.dims[2] * (1 + w.dims[3])))?;
+    // Each input position loops over its group's output channels and, inside, the window.
+    within_loop_limit(nested_trips(&[g.dims[1] / p.groups.max(1), w.dims[2], w.dims[3]]))?;
     let mut meta = geometry(&dx.dims, &g.dims, [w.dims[2], w.dims[3]], p.stride, p.dilation, p.padding);
     meta.push(p.groups as u32);
     let store = store_round(dx.dtype, "acc");
@@ -185,8 +185,8 @@ pub fn conv2d_grad_input(p: &Conv2dParams, g: &Tensor, w: &Tensor, dx: &Tensor) 
 /// `[x, g]` -> dw `[o, c / groups, kh, kw]`: the sum over batch and output positions.
 pub fn conv2d_grad_weight(p: &Conv2dParams, x: &Tensor, g: &Tensor, dw: &Tensor) -> Option<Call> {
     all_f32(&[x, g, dw])?;
-    // Each weight loops over the batch and every output position.
-    within_loop_limit(g.dims[0].saturating_mul(g.dims[2]).saturating_mul(1 + g.dims[3]))?;
+    // Each weight loops over the batch and, inside, every output row and position.
+    within_loop_limit(nested_trips(&[g.dims[0], g.dims[2], g.dims[3]]))?;
     let mut meta = geometry(&x.dims, &g.dims, [dw.dims[2], dw.dims[3]], p.stride, p.dilation, p.padding);
     meta.push(p.groups as u32);
     let store = store_round(dw.dtype, "acc");
@@ -246,7 +246,7 @@ const WINDOW_ARGMAX: &str = "fn window_argmax(b: u32, ch: u32, y: u32, x: u32) -
 pub fn max_pool_route(p: &PoolParams, select: bool, x: &Tensor, g: &Tensor, out: &Tensor) -> Option<Call> {
     all_f32(&[x, g, out])?;
     // The window's argmax, and for the gradient once per window covering the position.
-    let window = p.kernel[0].saturating_mul(1 + p.kernel[1]);
+    let window = nested_trips(&p.kernel);
     within_loop_limit(if select { window } else { window.saturating_mul(1 + window) })?;
     let pooled = if select { &out.dims } else { &g.dims };
     let meta = geometry(&x.dims, pooled, p.kernel, p.stride, [1, 1], p.padding);
@@ -293,7 +293,7 @@ pub fn max_pool_route(p: &PoolParams, select: bool, x: &Tensor, g: &Tensor, out:
 pub fn avg_pool_grad(p: &PoolParams, count_include_pad: bool, g: &Tensor, dx: &Tensor) -> Option<Call> {
     all_f32(&[g, dx])?;
     // The windows covering the position, each counting its in-range taps.
-    let window = p.kernel[0].saturating_mul(1 + p.kernel[1]);
+    let window = nested_trips(&p.kernel);
     within_loop_limit(window.saturating_mul(1 + p.kernel[0] + p.kernel[1]))?;
     let meta = geometry(&dx.dims, &g.dims, p.kernel, p.stride, [1, 1], p.padding);
     let divisor = if count_include_pad {

@@ -200,6 +200,13 @@ pub fn within_loop_limit(trips: usize) -> Option<()> {
     (trips <= MAX_LOOP_TRIPS).then_some(())
 }
 
+/// Trips of loops nested as `counts` (outermost first), each loop's failing exit test
+/// counted as one more trip: n (1 + inner) + 1 per level. A 1x1 conv over 20,000 channels
+/// was wrong on lavapipe although channels x taps x 3 was 60,000: exits count.
+pub fn nested_trips(counts: &[usize]) -> usize {
+    counts.iter().rev().fold(0usize, |inner, &n| n.saturating_mul(inner.saturating_add(1)).saturating_add(1))
+}
+
 /// Threads of a workgroup kernel ([`tree`] reductions over shared memory).
 pub const WG: usize = 256;
 
