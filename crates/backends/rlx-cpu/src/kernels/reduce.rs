@@ -214,14 +214,7 @@ fn pairwise_run<T: Float>(x: &[T]) -> T {
     for (a, &v) in lanes.iter_mut().zip(chunks.remainder()) {
         *a += v;
     }
-    let mut width = SUM_LANES / 2;
-    while width > 0 {
-        for i in 0..width {
-            lanes[i] += lanes[i + width];
-        }
-        width /= 2;
-    }
-    lanes[0]
+    super::rows::fold_lanes(lanes)
 }
 
 /// `pairwise_run` of every column of `rows` rows `stride` apart, written to `out` (one

@@ -5,14 +5,16 @@
 //! whole row loop runs inside it. Reductions keep 16 independent accumulator lanes,
 //! combined in a fixed order, so they vectorize and every arm gives the same bits.
 
+use crate::buffer::Float;
 use crate::multiversion;
 use crate::vmath;
 
-const LANES: usize = 16;
+const LANES: usize = rlx_ir::ops::reduce::SUM_LANES;
 
-/// Sum of `lanes` in a fixed pairwise order.
+/// Sum of `lanes` in a fixed pairwise order (`lane[i] + lane[i + w]`, w = 8, 4, 2, 1):
+/// the row kernels' and the reductions' (`reduce::pairwise_run`) lane tree.
 #[inline(always)]
-fn fold_lanes(mut lanes: [f32; LANES]) -> f32 {
+pub(crate) fn fold_lanes<T: Float>(mut lanes: [T; LANES]) -> T {
     let mut width = LANES / 2;
     while width > 0 {
         for i in 0..width {

@@ -23,6 +23,15 @@ pub const SERIAL: usize = 64;
 const PER_THREAD: usize = 32;
 const CHUNK: usize = WG * PER_THREAD;
 
+/// WGSL opening a workgroup-per-row kernel over `x` viewed as `[outer, len, inner]`
+/// (metadata words len, inner, rows): `len`, `inner`, the row's first element `base`
+/// (its elements are `inner` apart), and an early return for groups past the last row.
+pub const ROW_AROUND_AXIS: &str = "    let len = mt[K];
+    let inner = mt[K + 1u];
+    if (row >= mt[K + 2u]) { return; }
+    let base = (row / inner) * len * inner + row % inner;
+";
+
 /// `x` viewed as `[outer, len, inner]` around `axis`.
 pub fn around(dims: &[usize], axis: usize) -> [usize; 3] {
     [dims[..axis].iter().product(), dims[axis], dims[axis + 1..].iter().product()]
@@ -265,11 +274,7 @@ var<workgroup> bi: array<u32, {WG}>;
 @compute @workgroup_size({WG})
 fn main({GROUP_PARAMS}) {{
     let row = {GROUP_INDEX};
-    let len = mt[K];
-    let inner = mt[K + 1u];
-    if (row >= mt[K + 2u]) {{ return; }}
-    let base = (row / inner) * len * inner + row % inner;
-    var best = t0[o0(base + li * inner)];
+{ROW_AROUND_AXIS}    var best = t0[o0(base + li * inner)];
     var at = li;
     for (var j = li + {WG}u; j < len; j += {WG}u) {{
         let v = t0[o0(base + j * inner)];

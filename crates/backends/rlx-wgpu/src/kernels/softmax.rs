@@ -3,7 +3,7 @@
 //! exponentials each a strided per-thread pass and a shared-memory tree), so no
 //! invocation loops more than `3 * len / 256` times (see `MAX_LOOP_TRIPS`).
 
-use super::reduce::{SERIAL_ROW, around, row_fits};
+use super::reduce::{ROW_AROUND_AXIS, SERIAL_ROW, around, row_fits};
 use super::{Call, GROUP_INDEX, GROUP_PARAMS, Tensor, WG, Word, fold_groups, store_round, tree, tree_shared, u32s};
 
 pub fn softmax(axis: usize, log: bool, x: &Tensor, out: &Tensor) -> Option<Vec<Call>> {
@@ -42,11 +42,7 @@ pub fn softmax(axis: usize, log: bool, x: &Tensor, out: &Tensor) -> Option<Vec<C
         r#"{shared}{tmax}{tsum}@compute @workgroup_size({WG})
 fn main({GROUP_PARAMS}) {{
     let row = {GROUP_INDEX};
-    let len = mt[K];
-    let inner = mt[K + 1u];
-    if (row >= mt[K + 2u]) {{ return; }}
-    let base = (row / inner) * len * inner + row % inner;
-    var mx = -bitcast<f32>(0x7f800000u);
+{ROW_AROUND_AXIS}    var mx = -bitcast<f32>(0x7f800000u);
     for (var j = li; j < len; j += {WG}u) {{ mx = fmax(mx, t0[o0(base + j * inner)]); }}
     mx = tree_max(li, mx);
     var s = 0.0;
