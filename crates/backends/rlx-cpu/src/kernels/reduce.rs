@@ -26,6 +26,8 @@ pub struct ReducePlan {
     /// row-major over `reduced`).
     kept: Vec<usize>,
     reduced: Vec<usize>,
+    /// Row-major input strides (the scattered-axes sum gathers through them).
+    strides: Vec<usize>,
     /// `[outer, reduced, inner]` when the reduced axes are one contiguous group: the
     /// fast paths (row sums over `inner`-wide rows, or contiguous runs when inner is 1).
     block: Option<[usize; 3]>,
@@ -52,7 +54,8 @@ impl ReducePlan {
             _ => None,
         };
         let (reduced, kept) = (0..in_dims.len()).partition(|a| axes.contains(a));
-        ReducePlan { op, in_dims: in_dims.to_vec(), out_strides, count, kept, reduced, block }
+        let strides = rlx_ir::shape::strides(in_dims);
+        ReducePlan { op, in_dims: in_dims.to_vec(), out_strides, count, kept, reduced, strides, block }
     }
 }
 
@@ -147,11 +150,10 @@ fn sum<T: Pairwise>(plan: &ReducePlan, arm: Arm, x: &[T], out: &mut [T]) -> Resu
         // Reduced axes scattered between kept ones: gather each output's sequence
         // (row-major over the reduced axes), then sum it like a run.
         None => threads::with_scratch::<T, _>(r, |seq| {
-            let strides = rlx_ir::shape::strides(&plan.in_dims);
             for (o, dst) in out.iter_mut().enumerate() {
-                let base = offset_of(o, &plan.kept, &plan.in_dims, &strides);
+                let base = offset_of(o, &plan.kept, &plan.in_dims, &plan.strides);
                 for (j, s) in seq.iter_mut().enumerate() {
-                    *s = x[base + offset_of(j, &plan.reduced, &plan.in_dims, &strides)];
+                    *s = x[base + offset_of(j, &plan.reduced, &plan.in_dims, &plan.strides)];
                 }
                 *dst = T::sum_run(arm, seq);
             }
