@@ -1,13 +1,15 @@
 //! `cargo xtask check-isa [BINARY...]` — the ISA portability gate.
 //! `cargo xtask qemu-test [--cpu MODEL]` — the CPU test suite on an emulated pre-AVX CPU.
 //! `cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S]` — the libFuzzer targets of fuzz/.
+//! `cargo xtask onnx-proto` — regenerates rlx-onnx's committed prost code from its .proto.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use xtask::{cargo_executables, disassemble, isa};
 
 const USAGE: &str = "usage: cargo xtask check-isa [BINARY...] | cargo xtask qemu-test [--cpu MODEL] | \
-                     cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S] [--merge] [--no-build|--build-only]";
+                     cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S] [--merge] [--no-build|--build-only] | \
+                     cargo xtask onnx-proto";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,6 +17,7 @@ fn main() -> ExitCode {
         Some("check-isa") => check_isa(&args[1..]),
         Some("qemu-test") => qemu_test(&args[1..]),
         Some("fuzz") => xtask::fuzz::run(&args[1..]),
+        Some("onnx-proto") => onnx_proto(),
         _ => Err(USAGE.to_string()),
     };
     match result {
@@ -24,6 +27,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs tools/protogen (outside the workspace, so protox and prost-build never enter the
+/// main build), which rewrites crates/rlx-onnx/src/proto/onnx.rs.
+fn onnx_proto() -> Result<(), String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["run", "--quiet", "--release", "--manifest-path"])
+        .arg(root.join("tools/protogen/Cargo.toml"))
+        .arg("--")
+        .arg(&root)
+        .env("CARGO_TARGET_DIR", root.join("target/protogen-build"))
+        .status()
+        .map_err(|e| format!("running tools/protogen: {e}"))?;
+    if !status.success() {
+        return Err(format!("tools/protogen failed: {status}"));
+    }
+    Ok(())
 }
 
 /// Scans the given binaries, or builds and scans the release `rlx` and the release test

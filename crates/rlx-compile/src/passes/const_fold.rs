@@ -123,7 +123,10 @@ fn pick(v: &Vals, idx: &[usize]) -> Vals {
     }
 }
 
-fn evaluate(op: &Op, ins: &[&HostTensor], dtype: DType, dims: &[usize]) -> Option<HostTensor> {
+/// The value of one node of `op` over constant operands, with result type `dtype[dims]`
+/// (the node's, from its shape rule); `None` for ops this evaluator leaves to kernels.
+/// Importers fold shape computations with it (ONNX's Shape -> Gather -> Concat chains).
+pub fn evaluate(op: &Op, ins: &[&HostTensor], dtype: DType, dims: &[usize]) -> Option<HostTensor> {
     let bc = |k: usize| pick(&decode(ins[k]), &gather_index(dims, ins[k].dims()));
     let result = match op {
         Op::Binary(b) => match (bc(0), bc(1)) {
@@ -224,6 +227,18 @@ fn evaluate(op: &Op, ins: &[&HostTensor], dtype: DType, dims: &[usize]) -> Optio
                     Vals::I(out)
                 }
             }
+        }
+        Op::Gather => {
+            let Vals::I(idx) = decode(ins[1]) else { return None };
+            let rows = *ins[0].dims().first()?;
+            let row = numel(&ins[0].dims()[1..]);
+            let mut at = Vec::with_capacity(idx.len() * row);
+            for &i in &idx {
+                // An index out of range is the kernel's run-time error to report.
+                let i = usize::try_from(i).ok().filter(|&i| i < rows)?;
+                at.extend(i * row..(i + 1) * row);
+            }
+            pick(&decode(ins[0]), &at)
         }
         _ => return None,
     };

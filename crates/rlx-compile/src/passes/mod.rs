@@ -1,6 +1,6 @@
 //! The IR passes, one file each.
 
-mod const_fold;
+pub mod const_fold;
 mod cse;
 mod dce;
 mod precision;
