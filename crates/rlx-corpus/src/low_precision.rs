@@ -36,33 +36,9 @@ fn bf16_then_f32() -> Result<Case> {
     Case::new("bf16_cast_f32", g, 57, 43, -1.0, 1.0, 1)
 }
 
-/// `graph` with every f32 leaf and every cast to f32 in `dtype` instead (a float graph
-/// moved to another format, signature included). Used to build the family's half graphs
-/// and the f64 twins their references run.
+/// `graph` with every float leaf and cast in `dtype` (see `Graph::retyped`).
 pub fn retyped(graph: &Graph, dtype: DType) -> Result<Graph> {
-    let moved = |d: DType| if d.is_float() { dtype } else { d };
-    let mut new = Graph::new(graph.name());
-    let mut map = Vec::with_capacity(graph.len());
-    for (_, node) in graph.nodes() {
-        let id = match node.op() {
-            Op::Constant { value } if value.dtype().is_float() => {
-                new.constant_tensor(rlx_ir::HostTensor::from_f64_as(dtype, value.dims(), &value.to_f64_vec())?)?
-            }
-            op if op.is_leaf() => new.push_leaf(op.clone(), moved(node.dtype()), node.dims())?,
-            op => {
-                let op = match op {
-                    Op::Cast { to } => Op::Cast { to: moved(*to) },
-                    other => other.clone(),
-                };
-                let ins: Vec<_> = node.inputs().iter().map(|i| map[i.index()]).collect();
-                new.push(op, &ins)?
-            }
-        };
-        map.push(id);
-    }
-    let outputs: Vec<_> = graph.outputs().iter().map(|o| map[o.index()]).collect();
-    new.set_outputs(&outputs)?;
-    Ok(new)
+    graph.retyped(dtype)
 }
 
 /// How many roundings an output element of `g` can accumulate: each node's own

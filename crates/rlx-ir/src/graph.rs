@@ -71,6 +71,35 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// This graph with every float leaf and every cast to a float format in `dtype`
+    /// instead (signature included; float constants converted by value). Its f64 twin is
+    /// the accuracy oracle of an f32 graph (tests, `OnnxModel::reference_f64`).
+    pub fn retyped(&self, dtype: DType) -> Result<Graph> {
+        let moved = |d: DType| if d.is_float() { dtype } else { d };
+        let mut new = Graph::new(self.name());
+        let mut map = Vec::with_capacity(self.len());
+        for (_, node) in self.nodes() {
+            let id = match node.op() {
+                Op::Constant { value } if value.dtype().is_float() => {
+                    new.constant_tensor(HostTensor::from_f64_as(dtype, value.dims(), &value.to_f64_vec())?)?
+                }
+                op if op.is_leaf() => new.push_leaf(op.clone(), moved(node.dtype()), node.dims())?,
+                op => {
+                    let op = match op {
+                        Op::Cast { to } => Op::Cast { to: moved(*to) },
+                        other => other.clone(),
+                    };
+                    let ins: Vec<NodeId> = node.inputs().iter().map(|i| map[i.index()]).collect();
+                    new.push(op, &ins)?
+                }
+            };
+            map.push(id);
+        }
+        let outputs: Vec<NodeId> = self.outputs().iter().map(|o| map[o.index()]).collect();
+        new.set_outputs(&outputs)?;
+        Ok(new)
+    }
+
     pub fn new(name: &str) -> Graph {
         Graph { name: name.to_string(), nodes: Vec::new(), outputs: Vec::new() }
     }

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use prost::Message;
 use rlx_ir::shape::fmt_type;
 use rlx_ir::{DType, Error, Graph, HostTensor, Result};
-use rlx_runtime::{CompiledGraph, Device, Session};
+use rlx_runtime::{CompiledGraph, Device, ParamBuffer, Session};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -267,7 +267,7 @@ impl OnnxModel {
         &self,
         shapes: &[Vec<usize>],
         values: &HashMap<&str, &HostTensor>,
-    ) -> std::result::Result<(Graph, Vec<(String, rlx_runtime::ParamBuffer)>), (Error, Vec<String>)> {
+    ) -> std::result::Result<(Graph, Vec<(String, ParamBuffer)>), (Error, Vec<String>)> {
         let mut imp = Importer::new(self.graph.name(), self.opset, &self.initializers, &self.external);
         match self.import_into(&mut imp, shapes, values) {
             Ok(()) => Ok((imp.g, imp.params)),
@@ -320,7 +320,49 @@ impl OnnxModel {
     /// Binds symbolic dims from the inputs' shapes, compiles once per distinct input shape
     /// (cached) and runs; outputs in graph output order.
     pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
-        let mut ordered: Vec<&HostTensor> = Vec::with_capacity(self.inputs.len());
+        let ordered = self.order_inputs(inputs)?;
+        let mut key = self.key(&ordered);
+        if !self.cache.contains_key(&key) {
+            let start = Instant::now();
+            let (graph, params) = self.import_specialized(&ordered)?;
+            key = self.key(&ordered);
+            if self.session.is_none() {
+                self.session = Some(Session::new(self.device)?);
+            }
+            let session = self.session.as_ref().ok_or_else(|| Error::internal("no session"))?;
+            let mut compiled = session.compile(&graph)?;
+            for (name, buffer) in &params {
+                compiled.bind_param(name, buffer)?;
+            }
+            self.last_compile = Some(start.elapsed());
+            self.cache.insert(key.clone(), compiled);
+        }
+        let compiled = self.cache.get_mut(&key).ok_or_else(|| Error::internal("compiled program missing"))?;
+        run_on(compiled, &self.inputs, &ordered)
+    }
+
+    /// The same graph run in f64 on the CPU (every float value, param and cast moved to
+    /// f64; params and inputs converted by value): an accuracy oracle for `run`, which
+    /// tests compare both RLX and onnxruntime against. Outputs are f64 where `run`'s are
+    /// float.
+    pub fn reference_f64(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let ordered = self.order_inputs(inputs)?;
+        let (graph, params) = self.import_specialized(&ordered)?;
+        let mut compiled = Session::new(Device::Cpu)?.compile(&graph.retyped(DType::F64)?)?;
+        for (name, buffer) in &params {
+            compiled.set_param_typed(name, &buffer.read()?)?;
+        }
+        let wide: Vec<HostTensor> = ordered
+            .iter()
+            .map(|t| if t.dtype().is_float() { HostTensor::from_f64_as(DType::F64, t.dims(), &t.to_f64_vec()) } else { Ok((*t).clone()) })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&HostTensor> = wide.iter().collect();
+        run_on(&mut compiled, &self.inputs, &refs)
+    }
+
+    /// The caller's inputs in model order, each checked against its declaration.
+    fn order_inputs<'a>(&self, inputs: &[(&str, &'a HostTensor)]) -> Result<Vec<&'a HostTensor>> {
+        let mut ordered = Vec::with_capacity(self.inputs.len());
         for info in &self.inputs {
             let mut given = inputs.iter().filter(|(n, _)| *n == info.name);
             let (_, t) = given.next().ok_or_else(|| {
@@ -337,78 +379,74 @@ impl OnnxModel {
                     fmt_type(t.dtype(), t.dims())
                 )));
             }
-            ordered.push(t);
+            ordered.push(*t);
         }
         if let Some((name, _)) = inputs.iter().find(|(n, _)| !self.inputs.iter().any(|i| i.name == *n)) {
             return Err(Error::input(format!("the model has no input '{name}'")));
         }
-        let shapes: Vec<Vec<usize>> = ordered.iter().map(|t| t.dims().to_vec()).collect();
-        let key_of = |specialized: &[String]| -> ShapeKey {
-            let values = self
-                .inputs
-                .iter()
-                .zip(&ordered)
-                .filter(|(i, _)| specialized.contains(&i.name))
-                .map(|(_, t)| t.bytes().to_vec())
-                .collect();
-            (shapes.clone(), values)
-        };
-        let mut key = key_of(&self.specialized);
-        if !self.cache.contains_key(&key) {
-            let start = Instant::now();
-            let (graph, params) = loop {
-                let values: HashMap<&str, &HostTensor> = self
-                    .inputs
-                    .iter()
-                    .zip(&ordered)
-                    .filter(|(i, _)| self.specialized.contains(&i.name))
-                    .map(|(i, t)| (i.name.as_str(), *t))
-                    .collect();
-                match self.import(&shapes, &values) {
-                    Ok(done) => break done,
-                    Err((e, wanted)) => {
-                        // Specialize on the small integer inputs an operand needed, once.
-                        let new: Vec<String> = wanted
-                            .into_iter()
-                            .filter(|w| !self.specialized.contains(w))
-                            .filter(|w| {
-                                self.inputs.iter().zip(&ordered).any(|(i, t)| {
-                                    i.name == *w && !t.dtype().is_float() && t.len() <= SPECIALIZE_LIMIT
-                                })
-                            })
-                            .collect();
-                        if new.is_empty() {
-                            return Err(e);
-                        }
-                        self.specialized.extend(new);
-                        self.specialized.sort();
-                        self.specialized.dedup();
-                    }
-                }
-            };
-            key = key_of(&self.specialized);
-            if self.session.is_none() {
-                self.session = Some(Session::new(self.device)?);
-            }
-            let session = self.session.as_ref().ok_or_else(|| Error::internal("no session"))?;
-            let mut compiled = session.compile(&graph)?;
-            for (name, buffer) in &params {
-                compiled.bind_param(name, buffer)?;
-            }
-            self.last_compile = Some(start.elapsed());
-            self.cache.insert(key.clone(), compiled);
-        }
-        let compiled = self.cache.get_mut(&key).ok_or_else(|| Error::internal("compiled program missing"))?;
-        let named: Vec<(&str, &HostTensor)> = self
+        Ok(ordered)
+    }
+
+    /// The cache key of these inputs under the current specialization.
+    fn key(&self, ordered: &[&HostTensor]) -> ShapeKey {
+        let shapes = ordered.iter().map(|t| t.dims().to_vec()).collect();
+        let values = self
             .inputs
             .iter()
-            .zip(&ordered)
-            // Specialized inputs are constants; an input no output depends on is dropped.
-            .filter(|(i, _)| compiled.inputs().iter().any(|b| b.name == i.name))
-            .map(|(i, t)| (i.name.as_str(), *t))
+            .zip(ordered)
+            .filter(|(i, _)| self.specialized.contains(&i.name))
+            .map(|(_, t)| t.bytes().to_vec())
             .collect();
-        compiled.run_typed(&named)
+        (shapes, values)
     }
+
+    /// Imports for these inputs' shapes, learning which small integer inputs an operand
+    /// needs at compile time (they become constants of this and later programs).
+    #[allow(clippy::type_complexity)]
+    fn import_specialized(&mut self, ordered: &[&HostTensor]) -> Result<(Graph, Vec<(String, ParamBuffer)>)> {
+        let shapes: Vec<Vec<usize>> = ordered.iter().map(|t| t.dims().to_vec()).collect();
+        loop {
+            let values: HashMap<&str, &HostTensor> = self
+                .inputs
+                .iter()
+                .zip(ordered)
+                .filter(|(i, _)| self.specialized.contains(&i.name))
+                .map(|(i, t)| (i.name.as_str(), *t))
+                .collect();
+            let (e, wanted) = match self.import(&shapes, &values) {
+                Ok(done) => return Ok(done),
+                Err(failed) => failed,
+            };
+            let new: Vec<String> = wanted
+                .into_iter()
+                .filter(|w| !self.specialized.contains(w))
+                .filter(|w| {
+                    self.inputs
+                        .iter()
+                        .zip(ordered)
+                        .any(|(i, t)| i.name == *w && !t.dtype().is_float() && t.len() <= SPECIALIZE_LIMIT)
+                })
+                .collect();
+            if new.is_empty() {
+                return Err(e);
+            }
+            self.specialized.extend(new);
+            self.specialized.sort();
+            self.specialized.dedup();
+        }
+    }
+}
+
+/// Runs `compiled` on the inputs it declares (specialized inputs are constants in it, and
+/// an input no output depends on is dropped).
+fn run_on(compiled: &mut CompiledGraph, infos: &[TensorInfo], ordered: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+    let named: Vec<(&str, &HostTensor)> = infos
+        .iter()
+        .zip(ordered)
+        .filter(|(i, _)| compiled.inputs().iter().any(|b| b.name == i.name))
+        .map(|(i, t)| (i.name.as_str(), *t))
+        .collect();
+    compiled.run_typed(&named)
 }
 
 fn collect_unsupported(graph: &GraphProto, opset: i64, found: &mut Vec<String>) {
