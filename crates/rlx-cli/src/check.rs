@@ -6,13 +6,23 @@ use rlx::prelude::*;
 use serde_json::json;
 use std::path::Path;
 
-pub fn check(path: &Path, backend: &str, as_json: bool) -> Result<()> {
+/// `shapes` (`NAME=1x128`) bind an ONNX model's symbolic input dims.
+pub fn check(path: &Path, backend: &str, as_json: bool, shapes: &[String]) -> Result<()> {
     let target = Target::by_name(backend)
         .ok_or_else(|| Error::input(format!("unknown backend '{backend}' (available: cpu, gpu)")))?;
     // Errors (shape, dtype, structure, plan safety) end the command with a non-zero code;
     // with --json they are also reported in the document.
     let options = CompileOptions::from_env()?;
-    let verified = crate::load_graph(path).and_then(|g| {
+    let load = || {
+        if crate::onnx::is_onnx(path) {
+            crate::onnx::graph_for(path, shapes)
+        } else if let Some(s) = shapes.first() {
+            Err(Error::input(format!("--shape {s}: only ONNX models have symbolic dims")))
+        } else {
+            crate::load_graph(path)
+        }
+    };
+    let verified = load().and_then(|g| {
         let compiled = compile(&g, &target, &options)?;
         check_plan(&compiled.schedule, &compiled.plan)?;
         Ok((g, compiled))

@@ -7,6 +7,7 @@ mod demo;
 mod info;
 mod inspect;
 mod llm;
+mod onnx;
 mod run;
 mod train;
 
@@ -27,7 +28,7 @@ enum Command {
     /// Print a graph's nodes, shapes, dtypes, inputs, params and outputs, or a GGUF
     /// file's metadata and tensors.
     Inspect {
-        /// A graph in RLX's JSON format (docs/graph-format.md), or a .gguf file.
+        /// A graph in RLX's JSON format (docs/graph-format.md), a .gguf or an .onnx file.
         graph: PathBuf,
     },
     /// Generate text with a Llama-family GGUF model, streaming tokens as they come.
@@ -80,7 +81,7 @@ enum Command {
     },
     /// Compile a graph for a device, run it on .npy inputs and print or save the outputs.
     Run {
-        /// A graph in RLX's JSON format.
+        /// A graph in RLX's JSON format, or an .onnx model.
         graph: PathBuf,
         /// An input value: NAME=FILE.npy (repeat for each input).
         #[arg(long = "input", value_name = "NAME=FILE")]
@@ -99,11 +100,14 @@ enum Command {
     Demo,
     /// Verify a graph and report fusions, hazards and what it costs on a backend.
     Check {
-        /// A graph in RLX's JSON format.
+        /// A graph in RLX's JSON format, or an .onnx model.
         graph: PathBuf,
         /// The backend to plan for (`cpu` or `gpu`; `gpu` also lists host fallbacks).
         #[arg(long, default_value = "cpu")]
         backend: String,
+        /// An ONNX input's shape, NAME=AxB (binds its symbolic dims; repeat per input).
+        #[arg(long = "shape", value_name = "NAME=AxB")]
+        shapes: Vec<String>,
         /// Machine-readable output (schema: docs/check-schema.md).
         #[arg(long)]
         json: bool,
@@ -141,14 +145,23 @@ enum Command {
     /// Measure against anchors in one run: `kernels` (glibc, NumPy, OpenBLAS, FMA peak),
     /// `transformer` (fusion and memory plan), `llm` (pp512 / tg128 tokens/s; llama.cpp
     /// with --llama-cpp). With `--device gpu`: GEMM GFLOP/s on the GPU against the CPU
-    /// (`kernels`), or the LLM's tokens/s on the GPU (`llm`).
+    /// (`kernels`), or the LLM's tokens/s on the GPU (`llm`). `onnx MODEL.onnx --shape
+    /// NAME=AxB`: latency against onnxruntime.
     Bench {
-        /// What to measure: `kernels`, `transformer` or `llm`.
+        /// What to measure: `kernels`, `transformer`, `llm` or `onnx`.
         #[arg(default_value = "kernels")]
         what: String,
+        /// The ONNX model for `onnx`.
+        onnx_model: Option<PathBuf>,
         /// The model for `llm` (default: SmolLM2-135M-Instruct Q4_1).
         #[arg(long)]
         model: Option<PathBuf>,
+        /// An ONNX input's shape for `onnx`, NAME=AxB (repeat per input).
+        #[arg(long = "shape", value_name = "NAME=AxB")]
+        shapes: Vec<String>,
+        /// Timed runs per thread count for `onnx`.
+        #[arg(long, default_value_t = 30)]
+        runs: usize,
         /// Thread counts for `llm`, comma-separated.
         #[arg(long, default_value = "1,2", value_delimiter = ',')]
         threads: Vec<usize>,
@@ -179,6 +192,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Inspect { graph } if graph.extension().is_some_and(|e| e == "gguf") => llm::inspect_gguf(&graph),
+        Command::Inspect { graph } if onnx::is_onnx(&graph) => onnx::inspect(&graph),
         Command::Inspect { graph } => inspect::inspect(&graph),
         Command::Generate {
             model,
@@ -222,14 +236,18 @@ fn main() -> ExitCode {
             Device::from_name(&device).and_then(|d| run::run(&graph, &inputs, &params, out.as_deref(), d))
         }
         Command::Demo => demo::demo(),
-        Command::Check { graph, backend, json } => check::check(&graph, &backend, json),
+        Command::Check { graph, backend, json, shapes } => check::check(&graph, &backend, json, &shapes),
         Command::Train { model, epochs, batch, lr, seed, optimizer, plot, threads, device } => {
             Device::from_name(&device).and_then(|device| {
                 train::train(&train::TrainArgs { model, epochs, batch, lr, seed, optimizer, plot, threads, device })
             })
         }
         Command::Info => info::info(),
-        Command::Bench { what, model, threads, llama_cpp, device } if what == "llm" => {
+        Command::Bench { what, onnx_model, shapes, threads, runs, .. } if what == "onnx" => match onnx_model {
+            Some(path) => onnx::bench(&path, &shapes, &threads, runs.max(1)),
+            None => Err(rlx::Error::input("rlx bench onnx needs a model: rlx bench onnx MODEL.onnx --shape NAME=AxB")),
+        },
+        Command::Bench { what, model, threads, llama_cpp, device, .. } if what == "llm" => {
             Device::from_name(&device).and_then(|d| llm::bench_llm(model.as_deref(), &threads, llama_cpp, d))
         }
         Command::Bench { what, device, .. } if device == "gpu" => bench::bench_gpu(&what),

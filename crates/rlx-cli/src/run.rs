@@ -4,16 +4,24 @@ use rlx::ir::shape::fmt_type;
 use rlx::prelude::*;
 use std::path::Path;
 
+/// Runs a graph JSON (with `--param`s) or an ONNX model (its weights are in the file).
 pub fn run(graph: &Path, inputs: &[String], params: &[String], out: Option<&Path>, device: Device) -> Result<()> {
-    let g = crate::load_graph(graph)?;
-    let mut compiled = Session::new(device)?.compile(&g)?;
-    for spec in params {
-        let (name, t) = load_named("--param", spec)?;
-        compiled.set_param_typed(&name, &t)?;
-    }
     let named: Vec<(String, HostTensor)> = inputs.iter().map(|s| load_named("--input", s)).collect::<Result<_>>()?;
-    let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let outputs = compiled.run_typed(&refs)?;
+    let outputs = if crate::onnx::is_onnx(graph) {
+        if let Some(p) = params.first() {
+            return Err(Error::input(format!("--param {p}: an ONNX model's weights are its initializers")));
+        }
+        crate::onnx::run(graph, &named, device)?
+    } else {
+        let g = crate::load_graph(graph)?;
+        let mut compiled = Session::new(device)?.compile(&g)?;
+        for spec in params {
+            let (name, t) = load_named("--param", spec)?;
+            compiled.set_param_typed(&name, &t)?;
+        }
+        let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        compiled.run_typed(&refs)?
+    };
     match out {
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("{}: {e}", dir.display())))?;

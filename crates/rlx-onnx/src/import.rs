@@ -31,7 +31,8 @@ pub enum Init {
 
 impl Init {
     pub fn from_proto(t: &TensorProto, external: &ExternalData) -> Result<Init> {
-        let dtype = crate::tensor::dtype_of(t.data_type()).map_err(|e| e.context(format!("initializer '{}'", t.name())))?;
+        let dtype =
+            crate::tensor::dtype_of(t.data_type()).map_err(|e| e.context(format!("initializer '{}'", t.name())))?;
         let dims = crate::tensor::dims_of(t)?;
         if dtype.is_float() && numel(&dims) > 64 {
             Ok(Init::Param(crate::tensor::to_param(t, external)?))
@@ -100,8 +101,9 @@ impl<'a> Node<'a> {
     pub fn string(&self, name: &str, default: &str) -> Result<String> {
         match self.typed(name, AttributeType::String)? {
             None => Ok(default.to_string()),
-            Some(a) => String::from_utf8(a.s().to_vec())
-                .map_err(|_| Error::parse(format!("attribute '{name}' is not UTF-8"))),
+            Some(a) => {
+                String::from_utf8(a.s().to_vec()).map_err(|_| Error::parse(format!("attribute '{name}' is not UTF-8")))
+            }
         }
     }
 
@@ -110,7 +112,10 @@ impl<'a> Node<'a> {
             .map(|a| {
                 a.strings
                     .iter()
-                    .map(|s| String::from_utf8(s.to_vec()).map_err(|_| Error::parse(format!("attribute '{name}' is not UTF-8"))))
+                    .map(|s| {
+                        String::from_utf8(s.to_vec())
+                            .map_err(|_| Error::parse(format!("attribute '{name}' is not UTF-8")))
+                    })
                     .collect()
             })
             .transpose()
@@ -149,7 +154,12 @@ pub struct Importer<'m> {
 }
 
 impl<'m> Importer<'m> {
-    pub fn new(name: &str, opset: i64, initializers: &'m HashMap<String, Init>, external: &'m ExternalData) -> Importer<'m> {
+    pub fn new(
+        name: &str,
+        opset: i64,
+        initializers: &'m HashMap<String, Init>,
+        external: &'m ExternalData,
+    ) -> Importer<'m> {
         Importer {
             g: Graph::new(name),
             scopes: vec![HashMap::new()],
@@ -187,7 +197,11 @@ impl<'m> Importer<'m> {
                 self.params.push((name.to_string(), buffer.clone()));
                 id
             }
-            None => return Err(Error::graph(format!("value '{name}' is not defined (no node output, input or initializer)"))),
+            None => {
+                return Err(Error::graph(format!(
+                    "value '{name}' is not defined (no node output, input or initializer)"
+                )));
+            }
         };
         self.scopes[0].insert(name.to_string(), id);
         Ok(id)
@@ -195,8 +209,7 @@ impl<'m> Importer<'m> {
 
     /// Input `i` of `node`, required.
     pub fn input(&mut self, node: &Node, i: usize) -> Result<NodeId> {
-        self.opt_input(node, i)?
-            .ok_or_else(|| Error::graph(format!("input {i} of {} is required", node.op_type())))
+        self.opt_input(node, i)?.ok_or_else(|| Error::graph(format!("input {i} of {} is required", node.op_type())))
     }
 
     /// Input `i`, or None when absent (past the end or an empty name).
@@ -261,7 +274,11 @@ impl<'m> Importer<'m> {
         let Some(id) = self.opt_input(node, i)? else { return Ok(None) };
         let t = self.const_input(node, i, id)?;
         if !t.dtype().is_int() {
-            return Err(Error::dtype(format!("input {i} of {} must be an integer tensor, got {:?}", node.op_type(), t.dtype())));
+            return Err(Error::dtype(format!(
+                "input {i} of {} must be an integer tensor, got {:?}",
+                node.op_type(),
+                t.dtype()
+            )));
         }
         Ok(Some(t.to_i64_vec()))
     }
@@ -325,7 +342,10 @@ impl<'m> Importer<'m> {
                 continue;
             }
             let Some(&id) = outs.get(k) else {
-                return Err(Error::unsupported(format!("output {k} ('{name}') of {} is not supported", proto.op_type())));
+                return Err(Error::unsupported(format!(
+                    "output {k} ('{name}') of {} is not supported",
+                    proto.op_type()
+                )));
             };
             let id = self.as_constant(id)?;
             self.define(name, id);

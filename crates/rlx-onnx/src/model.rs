@@ -1,13 +1,15 @@
 //! `OnnxModel`: a parsed ONNX file, compiled once per distinct input shape.
 
 use crate::import::{Importer, Init, describe_node, lookup};
-use crate::proto::{GraphProto, ModelProto, ValueInfoProto, tensor_shape_proto::dimension::Value as DimValue, type_proto};
+use crate::proto::{
+    GraphProto, ModelProto, ValueInfoProto, tensor_shape_proto::dimension::Value as DimValue, type_proto,
+};
 use crate::tensor::ExternalData;
 use bytes::Bytes;
 use prost::Message;
 use rlx_ir::shape::fmt_type;
 use rlx_ir::{DType, Error, Graph, HostTensor, Result};
-use rlx_runtime::{CompiledGraph, Device, ParamBuffer, Session};
+use rlx_runtime::{CompileOptions, CompiledGraph, Device, ParamBuffer, Session};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -81,6 +83,7 @@ pub struct OnnxModel {
     initializers: HashMap<String, Init>,
     external: ExternalData,
     device: Device,
+    options: CompileOptions,
     session: Option<Session>,
     cache: HashMap<ShapeKey, CompiledGraph>,
     /// Integer inputs an operand needs at compile time (a Reshape's shape, an If's
@@ -110,8 +113,7 @@ impl OnnxModel {
         let file = std::fs::File::open(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
         // SAFETY: read-only map; see ExternalData::read.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
-        OnnxModel::parse(Bytes::from_owner(map), ExternalData::beside(path))
-            .map_err(|e| e.context(path.display()))
+        OnnxModel::parse(Bytes::from_owner(map), ExternalData::beside(path)).map_err(|e| e.context(path.display()))
     }
 
     /// Parses a model held in memory (external data is not available this way).
@@ -146,12 +148,8 @@ impl OnnxModel {
             return Err(Error::unsupported("sparse initializers are not supported"));
         }
         // IR v3 style: initializers listed again as inputs are params with their values.
-        let inputs = graph
-            .input
-            .iter()
-            .filter(|v| !initializers.contains_key(v.name()))
-            .map(TensorInfo::from_proto)
-            .collect();
+        let inputs =
+            graph.input.iter().filter(|v| !initializers.contains_key(v.name())).map(TensorInfo::from_proto).collect();
         let outputs = graph.output.iter().map(TensorInfo::from_proto).collect();
         Ok(OnnxModel {
             graph,
@@ -163,6 +161,7 @@ impl OnnxModel {
             initializers,
             external,
             device: Device::Cpu,
+            options: CompileOptions::default(),
             session: None,
             cache: HashMap::new(),
             specialized: Vec::new(),
@@ -243,6 +242,23 @@ impl OnnxModel {
         Ok(())
     }
 
+    /// Worker threads of the programs compiled from now on (default: `RLX_THREADS`, else
+    /// every core); drops the programs compiled with another count.
+    pub fn set_threads(&mut self, threads: usize) {
+        if self.options.threads != Some(threads) {
+            self.options = self.options.clone().with_threads(threads);
+            self.cache.clear();
+        }
+    }
+
+    /// The parameter tensors (initializers held as weights): count and bytes.
+    pub fn param_stats(&self) -> (usize, usize) {
+        self.initializers.values().fold((0, 0), |(n, b), i| match i {
+            Init::Param(p) => (n + 1, b + rlx_ir::shape::numel(p.dims()) * p.dtype().size_bytes()),
+            Init::Const(c) => (n + 1, b + c.bytes().len()),
+        })
+    }
+
     /// How long the last import + compile took (None before the first `run`).
     pub fn last_compile_time(&self) -> Option<Duration> {
         self.last_compile
@@ -275,7 +291,12 @@ impl OnnxModel {
         }
     }
 
-    fn import_into(&self, imp: &mut Importer, shapes: &[Vec<usize>], values: &HashMap<&str, &HostTensor>) -> Result<()> {
+    fn import_into(
+        &self,
+        imp: &mut Importer,
+        shapes: &[Vec<usize>],
+        values: &HashMap<&str, &HostTensor>,
+    ) -> Result<()> {
         let mut symbols: HashMap<&str, usize> = HashMap::new();
         for (info, dims) in self.inputs.iter().zip(shapes) {
             let dtype = info.dtype.ok_or_else(|| {
@@ -330,7 +351,7 @@ impl OnnxModel {
                 self.session = Some(Session::new(self.device)?);
             }
             let session = self.session.as_ref().ok_or_else(|| Error::internal("no session"))?;
-            let mut compiled = session.compile(&graph)?;
+            let mut compiled = session.compile_with(&graph, &self.options)?;
             for (name, buffer) in &params {
                 compiled.bind_param(name, buffer)?;
             }
@@ -354,7 +375,13 @@ impl OnnxModel {
         }
         let wide: Vec<HostTensor> = ordered
             .iter()
-            .map(|t| if t.dtype().is_float() { HostTensor::from_f64_as(DType::F64, t.dims(), &t.to_f64_vec()) } else { Ok((*t).clone()) })
+            .map(|t| {
+                if t.dtype().is_float() {
+                    HostTensor::from_f64_as(DType::F64, t.dims(), &t.to_f64_vec())
+                } else {
+                    Ok((*t).clone())
+                }
+            })
             .collect::<Result<_>>()?;
         let refs: Vec<&HostTensor> = wide.iter().collect();
         run_on(&mut compiled, &self.inputs, &refs)
@@ -365,9 +392,9 @@ impl OnnxModel {
         let mut ordered = Vec::with_capacity(self.inputs.len());
         for info in &self.inputs {
             let mut given = inputs.iter().filter(|(n, _)| *n == info.name);
-            let (_, t) = given.next().ok_or_else(|| {
-                Error::input(format!("input '{}' ({}) is missing", info.name, info.describe()))
-            })?;
+            let (_, t) = given
+                .next()
+                .ok_or_else(|| Error::input(format!("input '{}' ({}) is missing", info.name, info.describe())))?;
             if given.next().is_some() {
                 return Err(Error::input(format!("input '{}' is given twice", info.name)));
             }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 /// The IR dtype of an ONNX element type, or an error naming the type.
 pub fn dtype_of(elem_type: i32) -> Result<DType> {
-    let t = DataType::try_from(elem_type).map_err(|_| Error::parse(format!("unknown ONNX element type {elem_type}")))?;
+    let t =
+        DataType::try_from(elem_type).map_err(|_| Error::parse(format!("unknown ONNX element type {elem_type}")))?;
     Ok(match t {
         DataType::Float => DType::F32,
         DataType::Double => DType::F64,
@@ -85,9 +86,8 @@ impl ExternalData {
             Some(f) => f.clone(),
             None => {
                 let path = dir.join(rel);
-                let f = std::fs::File::open(&path).map_err(|e| {
-                    Error::io(format!("tensor '{tensor}': external data file {}: {e}", path.display()))
-                })?;
+                let f = std::fs::File::open(&path)
+                    .map_err(|e| Error::io(format!("tensor '{tensor}': external data file {}: {e}", path.display())))?;
                 // SAFETY: the map is read-only; a file truncated underneath it is the user's
                 // fault, as with any mapped model file.
                 let map = unsafe { memmap2::Mmap::map(&f) }
@@ -127,7 +127,9 @@ pub fn tensor_bytes(t: &TensorProto, external: &ExternalData) -> Result<(DType, 
             .ok_or_else(|| Error::parse(format!("tensor '{name}': external data without a 'location'")))?;
         let number = |key: &str| -> Result<Option<usize>> {
             entry(key)
-                .map(|v| v.parse::<usize>().map_err(|_| Error::parse(format!("tensor '{name}': external data {key} '{v}'"))))
+                .map(|v| {
+                    v.parse::<usize>().map_err(|_| Error::parse(format!("tensor '{name}': external data {key} '{v}'")))
+                })
                 .transpose()
         };
         external.read(name, &location, number("offset")?.unwrap_or(0), number("length")?)?

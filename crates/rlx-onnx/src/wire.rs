@@ -61,7 +61,14 @@ fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, &'static str> {
 }
 
 /// The first structural fault in `bytes[start..end]` read as `kind`: (offset, path, what).
-fn walk(bytes: &[u8], start: usize, end: usize, kind: Kind, path: &str, depth: usize) -> Option<(usize, String, String)> {
+fn walk(
+    bytes: &[u8],
+    start: usize,
+    end: usize,
+    kind: Kind,
+    path: &str,
+    depth: usize,
+) -> Option<(usize, String, String)> {
     if depth > 64 {
         return Some((start, path.to_string(), "messages nested more than 64 deep".to_string()));
     }

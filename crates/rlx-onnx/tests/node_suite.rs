@@ -64,7 +64,11 @@ fn compare(k: usize, got: &HostTensor, want: &HostTensor) -> Result<(), String> 
     if want.dtype().is_float() {
         let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
         for (j, (&a, &b)) in g.iter().zip(&w).enumerate() {
-            let ok = if b.is_nan() || a.is_nan() { a.is_nan() && b.is_nan() } else { a == b || (a - b).abs() <= 1e-7 + 1e-3 * b.abs() };
+            let ok = if b.is_nan() || a.is_nan() {
+                a.is_nan() && b.is_nan()
+            } else {
+                a == b || (a - b).abs() <= 1e-7 + 1e-3 * b.abs()
+            };
             if !ok {
                 return Err(format!("output {k}: element {j} is {a}, expected {b}"));
             }
@@ -204,7 +208,8 @@ fn onnx_node_suite() {
         }
         match (expected.get(name), outcome) {
             (Some(false), Outcome::Pass | Outcome::PassSpecialized)
-            | (Some(true), Outcome::Pass | Outcome::PassSpecialized | Outcome::PassFolded) | (None, _) => {}
+            | (Some(true), Outcome::Pass | Outcome::PassSpecialized | Outcome::PassFolded)
+            | (None, _) => {}
             _ => regressions.push(format!("{name}: {why}")),
         }
     }
@@ -232,10 +237,8 @@ fn onnx_node_suite() {
         for n in &folded {
             list.entry(n.clone()).or_insert(true);
         }
-        let body: String = list
-            .iter()
-            .map(|(n, f)| if *f { format!("{n} folded\n") } else { format!("{n}\n") })
-            .collect();
+        let body: String =
+            list.iter().map(|(n, f)| if *f { format!("{n} folded\n") } else { format!("{n}\n") }).collect();
         std::fs::write(
             EXPECTED,
             format!("# Node tests that must pass (`folded`: with integer inputs frozen). Only grows.\n{body}"),

@@ -12,6 +12,7 @@ pub use rlx_io as io;
 pub use rlx_ir as ir;
 pub use rlx_ir::{Error, ErrorKind, Result};
 pub use rlx_models as models;
+pub use rlx_onnx as onnx;
 pub use rlx_optim as optim;
 pub use rlx_runtime as runtime;
 pub use rlx_train as train;
@@ -27,6 +28,7 @@ pub mod prelude {
         CompileOptions, CompiledGraph, Device, ParamBuffer, PrecisionPolicy, Session, SharedBytes, fastest_device,
         is_available,
     };
+    pub use rlx_onnx::{OnnxModel, TensorInfo};
 }
 
 /// README.md's Rust code blocks, compiled and run as doc tests so they cannot rot.

@@ -68,7 +68,9 @@ fn reshape_dims(from: &[usize], shape: &[i64], allowzero: bool) -> Result<Vec<us
                 infer = Some(k);
                 1
             }
-            0 if !allowzero => *from.get(k).ok_or_else(|| Error::shape(format!("shape {shape:?}: 0 at axis {k} copies a dim the input {from:?} lacks")))?,
+            0 if !allowzero => *from.get(k).ok_or_else(|| {
+                Error::shape(format!("shape {shape:?}: 0 at axis {k} copies a dim the input {from:?} lacks"))
+            })?,
             s if s >= 0 => s as usize,
             _ => return Err(Error::shape(format!("shape {shape:?} is not a valid target"))),
         });
@@ -316,7 +318,10 @@ fn split(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
             // Equal parts; from opset 18 the last may be smaller (ceil-sized chunks).
             let chunk = d[a].div_ceil(count);
             if n.since < 18 && !d[a].is_multiple_of(count) {
-                return Err(Error::shape(format!("axis {a} of {} does not split into {count} equal parts", i.g.describe(x))));
+                return Err(Error::shape(format!(
+                    "axis {a} of {} does not split into {count} equal parts",
+                    i.g.describe(x)
+                )));
             }
             (0..count).map(|k| chunk.min(d[a].saturating_sub(k * chunk))).collect()
         }
@@ -341,7 +346,8 @@ fn expand(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
         .ok_or_else(|| Error::shape(format!("cannot expand {} to {shape:?}", i.g.describe(x))))?;
     // Expand broadcasts both ways: a 1 in `shape` keeps x's dim.
     let rank = dims.len();
-    let padded: Vec<usize> = std::iter::repeat_n(1, rank - i.g.dims(x).len()).chain(i.g.dims(x).iter().copied()).collect();
+    let padded: Vec<usize> =
+        std::iter::repeat_n(1, rank - i.g.dims(x).len()).chain(i.g.dims(x).iter().copied()).collect();
     let x = if padded.len() != i.g.dims(x).len() { i.g.reshape(x, &padded)? } else { x };
     one(i.g.expand(x, &dims)?)
 }
@@ -416,8 +422,13 @@ fn pad(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
                     let dtype = i.g.dtype(y);
                     parts.push(i.g.full(dtype, &dims, value)?);
                 }
-                let parts: Vec<NodeId> =
-                    if lo == 0 { parts[1..].to_vec() } else if hi == 0 { parts[..2].to_vec() } else { parts };
+                let parts: Vec<NodeId> = if lo == 0 {
+                    parts[1..].to_vec()
+                } else if hi == 0 {
+                    parts[..2].to_vec()
+                } else {
+                    parts
+                };
                 i.g.concat(&parts, a)?
             }
             "reflect" | "edge" | "wrap" => {

@@ -2,5 +2,6 @@
 //! `cargo xtask onnx-proto` and committed: building this crate runs no code generator.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
+#[rustfmt::skip]
 mod onnx;
 pub use onnx::*;

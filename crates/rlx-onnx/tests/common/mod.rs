@@ -22,7 +22,11 @@ pub fn model_path(file: &str) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    assert!(std::env::var("RLX_REQUIRE_MODEL").is_err(), "{} is missing: run tools/fetch_onnx_models.sh", path.display());
+    assert!(
+        std::env::var("RLX_REQUIRE_MODEL").is_err(),
+        "{} is missing: run tools/fetch_onnx_models.sh",
+        path.display()
+    );
     eprintln!("skipped: {} not found (tools/fetch_onnx_models.sh)", path.display());
     None
 }
