@@ -60,6 +60,10 @@ pub const OPS: &[OpDef] = &[
     def("IsNaN", 9, is_nan),
     def("IsInf", 10, is_inf),
     def("Softsign", 1, softsign),
+    def("Floor", 6, |i, n| rounding(i, n, Rounding::Floor)),
+    def("Ceil", 6, |i, n| rounding(i, n, Rounding::Ceil)),
+    def("Round", 11, |i, n| rounding(i, n, Rounding::HalfEven)),
+    def("Mod", 10, modulo),
 ];
 
 fn binary(i: &mut Importer, n: &Node, op: BinaryOp) -> Result<Vec<NodeId>> {
@@ -359,4 +363,102 @@ fn softsign(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
     let one_ = i.g.scalar_like(x, 1.0)?;
     let d = i.g.add(a, one_)?;
     one(i.g.div(x, d)?)
+}
+
+#[derive(Clone, Copy)]
+enum Rounding {
+    Floor,
+    Ceil,
+    HalfEven,
+}
+
+/// Magnitude from which every value of `dtype` is an integer (2^23 covers f32, f16 and
+/// bf16; 2^52 f64), below which the round trip through i64 truncates exactly.
+fn integral_from(dtype: DType) -> f64 {
+    if dtype == DType::F64 { 4503599627370496.0 } else { 8388608.0 }
+}
+
+/// `trunc(x)` exactly: x through i64 and back where |x| is below `integral_from` (NaN,
+/// infinities and larger values are already integral and pass through).
+fn trunc(i: &mut Importer, x: NodeId) -> Result<NodeId> {
+    let dtype = i.g.dtype(x);
+    let a = i.g.unary(Unary::Abs, x)?;
+    let limit = i.g.scalar_like(x, integral_from(dtype))?;
+    let small = i.g.lt(a, limit)?;
+    let as_int = i.g.cast(x, DType::I64)?;
+    let back = i.g.cast(as_int, dtype)?;
+    i.g.where_(small, back, x)
+}
+
+/// Floor, Ceil and Round (half to even) from an exact trunc; `x - trunc(x)` is exact
+/// (Sterbenz), so the ties and the adjustments are decided without rounding error.
+fn rounding(i: &mut Importer, n: &Node, mode: Rounding) -> Result<Vec<NodeId>> {
+    let x = i.input(n, 0)?;
+    if !i.g.dtype(x).is_float() {
+        return Err(Error::dtype(format!("{} takes a float operand, got {}", n.op_type(), i.g.describe(x))));
+    }
+    let t = trunc(i, x)?;
+    let one_ = i.g.scalar_like(x, 1.0)?;
+    let zero = i.g.scalar_like(x, 0.0)?;
+    let y = match mode {
+        Rounding::Floor => {
+            let above = i.g.gt(t, x)?;
+            let down = i.g.sub(t, one_)?;
+            i.g.where_(above, down, t)?
+        }
+        Rounding::Ceil => {
+            let below = i.g.lt(t, x)?;
+            let up = i.g.add(t, one_)?;
+            i.g.where_(below, up, t)?
+        }
+        Rounding::HalfEven => {
+            let frac = i.g.sub(x, t)?;
+            let a = i.g.unary(Unary::Abs, frac)?;
+            let half = i.g.scalar_like(x, 0.5)?;
+            // t is odd when t - 2 trunc(t / 2) is not 0 (exact: t / 2 only shifts).
+            let two = i.g.scalar_like(x, 2.0)?;
+            let halved = i.g.div(t, two)?;
+            let th = trunc(i, halved)?;
+            let even = i.g.mul(th, two)?;
+            let rem = i.g.sub(t, even)?;
+            let odd = i.g.compare(CompareOp::Ne, rem, zero)?;
+            let beyond = i.g.gt(a, half)?;
+            let tie = i.g.compare(CompareOp::Eq, a, half)?;
+            let tie_odd = i.g.where_(tie, odd, tie)?;
+            let away = i.g.where_(beyond, beyond, tie_odd)?;
+            let neg = i.g.lt(x, zero)?;
+            let m1 = i.g.scalar_like(x, -1.0)?;
+            let step = i.g.where_(neg, m1, one_)?;
+            let moved = i.g.add(t, step)?;
+            i.g.where_(away, moved, t)?
+        }
+    };
+    one(y)
+}
+
+/// Mod: `fmod = 1` is C's fmod (the sign of the dividend, `a - trunc(a / b) b`); the
+/// default is Python's integer mod (the sign of the divisor).
+fn modulo(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
+    let (a, b) = (i.input(n, 0)?, i.input(n, 1)?);
+    let fmod = n.int("fmod", 0)? != 0;
+    let dtype = i.g.dtype(a);
+    if dtype.is_float() && !fmod {
+        return Err(Error::input("Mod of floats needs fmod = 1"));
+    }
+    let q = i.g.div(a, b)?;
+    let q = if dtype.is_float() { trunc(i, q)? } else { q };
+    let qb = i.g.mul(q, b)?;
+    let r = i.g.sub(a, qb)?;
+    if fmod {
+        return one(r);
+    }
+    // Python: a nonzero remainder takes the divisor's sign.
+    let zero = i.g.scalar_like(a, 0.0)?;
+    let nonzero = i.g.compare(CompareOp::Ne, r, zero)?;
+    let r_neg = i.g.lt(r, zero)?;
+    let b_neg = i.g.lt(b, zero)?;
+    let differ = i.g.compare(CompareOp::Ne, r_neg, b_neg)?;
+    let fix = i.g.where_(nonzero, differ, nonzero)?;
+    let shifted = i.g.add(r, b)?;
+    one(i.g.where_(fix, shifted, r)?)
 }
