@@ -2,3 +2,4 @@
 //! the normal test suite.
 
 pub mod checks;
+pub mod onnx_check;

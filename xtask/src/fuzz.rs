@@ -13,11 +13,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub const TARGETS: [&str; 4] = ["gguf", "graph_json", "npy", "graph_run"];
+pub const TARGETS: [&str; 5] = ["gguf", "graph_json", "npy", "graph_run", "onnx"];
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 const TARGET_DIR: &str = "target/fuzz";
 const USAGE: &str = "usage: cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S] [--merge] [--no-build|--build-only]\n\
-    targets: gguf graph_json npy graph_run";
+    targets: gguf graph_json npy graph_run onnx";
 
 /// cargo-fuzz's flags (sancov module pass with 8-bit counters, PC table, comparison
 /// tracing, stack depth, no branch folding, `--cfg fuzzing`), plus debug assertions and
@@ -303,7 +303,7 @@ mod tests {
         let o = parse(&["npy".into(), "--runs".into(), "1000".into()]).unwrap();
         assert_eq!((o.targets, o.runs, o.seconds), (vec!["npy"], Some(1000), None));
         assert_eq!(parse(&[]).unwrap().targets, TARGETS.to_vec());
-        assert!(parse(&["onnx".into()]).unwrap_err().contains("unknown fuzz target 'onnx'"));
+        assert!(parse(&["protobuf".into()]).unwrap_err().contains("unknown fuzz target 'protobuf'"));
         assert!(parse(&["--runs".into(), "x".into()]).unwrap_err().contains("--runs: 'x'"));
     }
 

@@ -120,7 +120,10 @@ pub fn tensor_bytes(t: &TensorProto, external: &ExternalData) -> Result<(DType, 
     let dtype = dtype_of(t.data_type()).map_err(|e| e.context(format!("tensor '{name}'")))?;
     let dims = dims_of(t)?;
     let n = rlx_ir::shape::numel(&dims);
-    let want = n * dtype.size_bytes();
+    // dims_of bounds the element count; the byte count may still overflow.
+    let want = n
+        .checked_mul(dtype.size_bytes())
+        .ok_or_else(|| Error::parse(format!("tensor '{name}': {} overflows usize bytes", fmt_type(dtype, &dims))))?;
     let bytes = if t.data_location() == DataLocation::External {
         let entry = |key: &str| t.external_data.iter().find(|e| e.key() == key).map(|e| e.value().to_string());
         let location = entry("location")

@@ -57,7 +57,7 @@ pub fn table() -> &'static [&'static OpDef] {
 /// An axis attribute in `-rank..rank`, as an index.
 pub fn axis(value: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
-    if value < -r || value >= r.max(1) && !(rank == 0 && value == 0) {
+    if value < -r || value >= r {
         return Err(Error::shape(format!("axis {value} is out of range for rank {rank}")));
     }
     Ok(if value < 0 { (value + r) as usize } else { value as usize })

@@ -7,6 +7,8 @@
 #[path = "../../../../fuzz/src/checks.rs"]
 #[allow(dead_code)]
 mod checks;
+#[path = "../../../../fuzz/src/onnx_check.rs"]
+mod onnx_check;
 
 use std::path::{Path, PathBuf};
 
@@ -66,6 +68,11 @@ fn npy_corpus() {
 #[test]
 fn graph_run_corpus() {
     replay("graph_run", checks::graph_run);
+}
+
+#[test]
+fn onnx_corpus() {
+    replay("onnx", onnx_check::onnx);
 }
 
 /// Writes the seed files the corpora started from (graph documents, .npy and GGUF
