@@ -18,7 +18,10 @@ fn branch(i: &mut Importer, n: &Node, name: &str) -> Result<Vec<NodeId>> {
 
 fn if_(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
     let cond = i.input(n, 0)?;
-    if let Some(c) = i.const_of(cond) {
+    // A condition only known at run time also names the inputs it depends on as wanted:
+    // when a branch then fails to import (a shape check the other branch rules out, as in
+    // Silero's 8k / 16k branches), the model specializes on them and the If folds.
+    if let Ok(c) = i.const_input(n, 0, cond) {
         let v = c.to_f64_vec();
         if v.len() != 1 {
             return Err(Error::shape(format!("the condition must hold one element, got {:?}", c.dims())));
