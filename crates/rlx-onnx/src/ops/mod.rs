@@ -6,11 +6,16 @@
 //! attributes before 10) are separate entries. Adding an op: an importer function in its
 //! family file and a row in that file's `OPS`.
 
+pub mod attention;
 pub mod control;
+pub mod einsum;
 pub mod elementwise;
 pub mod generator;
+pub mod indexing;
 pub mod layout;
+pub mod loss;
 pub mod matmul;
+pub mod misc;
 pub mod nn;
 pub mod norm;
 pub mod reduce;
@@ -46,6 +51,11 @@ const FAMILIES: &[&[OpDef]] = &[
     reduce::REDUCES,
     control::OPS,
     rnn::OPS,
+    loss::OPS,
+    attention::OPS,
+    indexing::OPS,
+    misc::OPS,
+    einsum::OPS,
 ];
 
 /// Every op definition.

@@ -5,6 +5,7 @@
 use super::{OpDef, axes, axis, def, one};
 use crate::import::{Importer, Node};
 use crate::ops::elementwise::identity_of;
+use crate::ops::layout::take;
 use rlx_ir::{DType, Error, NodeId, ReduceOp, Result, Unary};
 
 #[derive(Clone, Copy)]
@@ -100,9 +101,10 @@ fn arg(i: &mut Importer, n: &Node, min: bool) -> Result<Vec<NodeId>> {
     let r = i.g.dims(x).len();
     let a = axis(n.int("axis", 0)?, r)?;
     let keep = n.int("keepdims", 1)? != 0;
-    if n.int("select_last_index", 0)? != 0 {
-        return Err(Error::unsupported("select_last_index = 1"));
-    }
+    let last = n.int("select_last_index", 0)? != 0;
+    let len = i.g.dims(x).get(a).copied().unwrap_or(1);
+    // The last extremum is the first one of the axis reversed, at k -> len - 1 - k.
+    let x = if last { take(i, x, a, &(0..len).rev().collect::<Vec<_>>())? } else { x };
     let v = if min {
         if !i.g.dtype(x).is_float() {
             return Err(Error::unsupported(format!("ArgMin of {}", i.g.describe(x))));
@@ -113,5 +115,9 @@ fn arg(i: &mut Importer, n: &Node, min: bool) -> Result<Vec<NodeId>> {
     };
     let y = i.g.argmax(v, a, keep)?;
     debug_assert_eq!(i.g.dtype(y), DType::I64);
-    one(y)
+    if !last {
+        return one(y);
+    }
+    let top = i.g.scalar_like(y, len as f64 - 1.0)?;
+    one(i.g.sub(top, y)?)
 }
