@@ -86,8 +86,9 @@ pub struct OnnxModel {
     options: CompileOptions,
     session: Option<Session>,
     cache: HashMap<ShapeKey, CompiledGraph>,
-    /// Integer inputs an operand needs at compile time (a Reshape's shape, an If's
-    /// condition on a sample rate): programs are compiled per their values.
+    /// Small inputs an operand needs at compile time (a Reshape's shape, an If's
+    /// condition on a sample rate, a Resize's scales): programs are compiled per their
+    /// values.
     specialized: Vec<String>,
     last_compile: Option<Duration>,
 }
@@ -96,7 +97,7 @@ pub struct OnnxModel {
 /// specialized inputs.
 type ShapeKey = (Vec<Vec<usize>>, Vec<Vec<u8>>);
 
-/// Largest integer input a program specializes on, in elements.
+/// Largest input a program specializes on, in elements.
 const SPECIALIZE_LIMIT: usize = 1 << 12;
 
 impl std::fmt::Debug for OnnxModel {
@@ -270,8 +271,8 @@ impl OnnxModel {
         Ok(self.import(shapes, &HashMap::new()).map_err(|(e, _)| e)?.0)
     }
 
-    /// The names of the integer inputs the compiled programs are specialized on (their
-    /// values reach an operand that must be known at compile time).
+    /// The names of the inputs the compiled programs are specialized on (their values
+    /// reach an operand that must be known at compile time).
     pub fn specialized_inputs(&self) -> &[String] {
         &self.specialized
     }
@@ -427,8 +428,8 @@ impl OnnxModel {
         (shapes, values)
     }
 
-    /// Imports for these inputs' shapes, learning which small integer inputs an operand
-    /// needs at compile time (they become constants of this and later programs).
+    /// Imports for these inputs' shapes, learning which small inputs an operand needs at
+    /// compile time (they become constants of this and later programs).
     #[allow(clippy::type_complexity)]
     fn import_specialized(&mut self, ordered: &[&HostTensor]) -> Result<(Graph, Vec<(String, ParamBuffer)>)> {
         let shapes: Vec<Vec<usize>> = ordered.iter().map(|t| t.dims().to_vec()).collect();
@@ -451,7 +452,7 @@ impl OnnxModel {
                     self.inputs
                         .iter()
                         .zip(ordered)
-                        .any(|(i, t)| i.name == *w && !t.dtype().is_float() && t.len() <= SPECIALIZE_LIMIT)
+                        .any(|(i, t)| i.name == *w && t.len() <= SPECIALIZE_LIMIT)
                 })
                 .collect();
             if new.is_empty() {

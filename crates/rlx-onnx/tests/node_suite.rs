@@ -33,7 +33,7 @@ fn node_dir() -> Option<PathBuf> {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Outcome {
     Pass,
-    /// Passes through the API, with the program specialized on integer input values.
+    /// Passes through the API, with the program specialized on the values of small inputs.
     PassSpecialized,
     /// Passes only with integer inputs frozen to constants.
     PassFolded,
@@ -224,7 +224,7 @@ fn onnx_node_suite() {
         folded.len()
     );
     println!(
-        "of the strict passes, {} compile per value of an integer input that reaches a shape operand: {}",
+        "of the strict passes, {} compile per value of a small input that reaches a compile-time operand: {}",
         specialized.len(),
         specialized.join(" ")
     );
