@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Writes RNN / GRU / LSTM cases beyond ONNX's node suite (reverse and bidirectional
 directions, initial states over several steps, clip, non-default activations, GRU
-linear_before_reset, LSTM input_forget and peepholes, the Y output, batch-first layout)
-in the node suite's layout: DIR/<case>/model.onnx + test_data_set_0/{input,output}_N.pb,
+linear_before_reset, LSTM input_forget and peepholes, the Y output, batch-first layout),
+and Scan / Loop cases (scan axes and directions, bodies reading outer values, a while
+loop whose condition comes from the iteration count) in the node suite's layout: DIR/<case>/model.onnx + test_data_set_0/{input,output}_N.pb,
 outputs computed by onnxruntime (for layout 1, which its CPU kernels refuse, on the
 layout-0 model with transposed operands).
 
-Run: /tmp/ortvenv/bin/python tools/onnx/make_rnn_cases.py DIR, then
+Run: /tmp/ortvenv/bin/python tools/onnx/make_recurrent_cases.py DIR, then
 RLX_ONNX_NODE_DIR=DIR cargo test -p rlx-onnx --test node_suite -- --nocapture
 """
 
@@ -79,7 +80,77 @@ def case(out, name, op, seq, batch, inp, hidden, bias=True, h0=False, c0=False, 
         onnx.save_tensor(numpy_helper.from_array(np.asarray(v), n), os.path.join(d, "test_data_set_0", f"output_{k}.pb"))
 
 
+def save(out, name, model, feeds):
+    results = run_ort(model, feeds)
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    for k, (n, v) in enumerate(feeds.items()):
+        onnx.save_tensor(numpy_helper.from_array(v, n), os.path.join(d, "test_data_set_0", f"input_{k}.pb"))
+    for k, (o, v) in enumerate(zip(model.graph.output, results)):
+        onnx.save_tensor(numpy_helper.from_array(np.asarray(v), o.name), os.path.join(d, "test_data_set_0", f"output_{k}.pb"))
+
+
+def control(out):
+    f32 = TensorProto.FLOAT
+    vi = helper.make_tensor_value_info
+    rng = np.random.default_rng(7)
+    # Scan 16: states s [3], p [3]; scan inputs a [3, 4] along axis 1 reversed, b [4, 3]
+    # along axis 0; outputs along axis 1 reversed and axis 0; the body reads outer w.
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["a_t", "w"], ["aw"]),
+            helper.make_node("Add", ["s_in", "aw"], ["s_out"]),
+            helper.make_node("Mul", ["p_in", "b_t"], ["p_out"]),
+            helper.make_node("Sub", ["s_out", "p_out"], ["d"]),
+            helper.make_node("Unsqueeze", ["d", "ax"], ["d2"]),
+            helper.make_node("Identity", ["s_out"], ["e"]),
+        ],
+        "body",
+        [vi("s_in", f32, [3]), vi("p_in", f32, [3]), vi("a_t", f32, [3]), vi("b_t", f32, [3])],
+        [vi("s_out", f32, [3]), vi("p_out", f32, [3]), vi("d2", f32, [1, 3]), vi("e", f32, [3])],
+        [numpy_helper.from_array(np.array([0], np.int64), "ax")],
+    )
+    node = helper.make_node(
+        "Scan", ["s", "p", "a", "b"], ["s_f", "p_f", "ys", "es"], body=body, num_scan_inputs=2,
+        scan_input_axes=[1, 0], scan_input_directions=[1, 0], scan_output_axes=[1, -1], scan_output_directions=[1, 0],
+    )
+    feeds = {k: rng.uniform(-1, 1, d).astype(np.float32) for k, d in [("s", [3]), ("p", [3]), ("a", [3, 4]), ("b", [4, 3]), ("w", [3])]}
+    graph = helper.make_graph([node], "scan_axes", [vi(k, f32, v.shape) for k, v in feeds.items()], [vi(o, f32, None) for o in node.output])
+    save(out, "rlx_scan_axes_directions", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8), feeds)
+
+    # Loop 16 without a trip count: while iteration + 1 < 4, y += x * iteration.
+    body = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.array(1, np.int64))),
+            helper.make_node("Constant", [], ["four"], value=numpy_helper.from_array(np.array(4, np.int64))),
+            helper.make_node("Add", ["i", "one"], ["next"]),
+            helper.make_node("Less", ["next", "four"], ["c_out"]),
+            helper.make_node("Cast", ["i"], ["fi"], to=f32),
+            helper.make_node("Mul", ["x", "fi"], ["xi"]),
+            helper.make_node("Add", ["y_in", "xi"], ["y_out"]),
+            helper.make_node("Identity", ["y_out"], ["trace"]),
+        ],
+        "body",
+        [vi("i", TensorProto.INT64, []), vi("c_in", TensorProto.BOOL, []), vi("y_in", f32, [2])],
+        [vi("c_out", TensorProto.BOOL, []), vi("y_out", f32, [2]), vi("trace", f32, [2])],
+    )
+    node = helper.make_node("Loop", ["", "c", "y"], ["y_f", "traces"], body=body)
+    feeds = {"c": np.array(True), "y": rng.uniform(-1, 1, [2]).astype(np.float32), "x": rng.uniform(-1, 1, [2]).astype(np.float32)}
+    inputs = [vi("c", TensorProto.BOOL, []), vi("y", f32, [2]), vi("x", f32, [2])]
+    graph = helper.make_graph([node], "loop_while", inputs, [vi(o, f32, None) for o in node.output])
+    save(out, "rlx_loop_while", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8), feeds)
+
+    # Loop 16 with a trip count input and no condition.
+    node = helper.make_node("Loop", ["m", "", "y"], ["y_f", "traces"], body=body)
+    feeds = {"m": np.array(3, np.int64), "y": feeds["y"], "x": feeds["x"]}
+    inputs = [vi("m", TensorProto.INT64, []), vi("y", f32, [2]), vi("x", f32, [2])]
+    graph = helper.make_graph([node], "loop_trip", inputs, [vi(o, f32, None) for o in node.output])
+    save(out, "rlx_loop_trip_count", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8), feeds)
+
+
 def main(out):
+    control(out)
     for op in ["RNN", "GRU", "LSTM"]:
         o = op.lower()
         case(out, f"rlx_{o}_forward_y", op, 5, 2, 3, 4, h0=True, c0=op == "LSTM")
