@@ -15,6 +15,7 @@ use rlx_ir::shape::numel;
 use rlx_ir::{Error, Graph, HostTensor, NodeId, Op, Result};
 use rlx_runtime::ParamBuffer;
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 /// Largest folded value turned into a `Constant` node, in elements.
 const CONSTANT_NODE_LIMIT: usize = 1 << 12;
@@ -151,6 +152,9 @@ pub struct Importer<'m> {
     pub wanted: Vec<String>,
     /// Opset of the default domain.
     pub opset: i64,
+    /// Weights computed at import (a conv's weight with a batch norm folded in), kept by
+    /// the model so that a new input shape does not compute them again.
+    pub derived: &'m Mutex<HashMap<String, ParamBuffer>>,
 }
 
 impl<'m> Importer<'m> {
@@ -159,6 +163,7 @@ impl<'m> Importer<'m> {
         opset: i64,
         initializers: &'m HashMap<String, Init>,
         external: &'m ExternalData,
+        derived: &'m Mutex<HashMap<String, ParamBuffer>>,
     ) -> Importer<'m> {
         Importer {
             g: Graph::new(name),
@@ -170,7 +175,40 @@ impl<'m> Importer<'m> {
             params: Vec::new(),
             wanted: Vec::new(),
             opset,
+            derived,
         }
+    }
+
+    /// The value of `id` known at import: a constant, or the buffer of a param.
+    pub fn host_value(&mut self, id: NodeId) -> Option<HostTensor> {
+        if let Some(Op::Param { name }) = self.g.node(id).map(|n| n.op())
+            && let Some((_, buffer)) = self.params.iter().find(|(n, _)| n == name)
+        {
+            return buffer.read().ok();
+        }
+        self.const_of(id)
+    }
+
+    /// A param node for a weight computed at import, made once per model by `make` and
+    /// cached under `name`.
+    pub fn derived_param(&mut self, name: &str, make: impl FnOnce() -> Result<HostTensor>) -> Result<NodeId> {
+        let cached = self.derived.lock().map_err(|_| Error::internal("derived weights poisoned"))?.get(name).cloned();
+        let buffer = match cached {
+            Some(b) => b,
+            None => {
+                let t = make()?;
+                let b = ParamBuffer::zeroed(t.dtype(), t.dims())?;
+                b.write(&t)?;
+                self.derived
+                    .lock()
+                    .map_err(|_| Error::internal("derived weights poisoned"))?
+                    .insert(name.into(), b.clone());
+                b
+            }
+        };
+        let id = self.g.param(name, buffer.dtype(), buffer.dims())?;
+        self.params.push((name.to_string(), buffer));
+        Ok(id)
     }
 
     pub fn external(&self) -> &'m ExternalData {

@@ -12,6 +12,7 @@ use rlx_ir::{DType, Error, Graph, HostTensor, Result};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, ParamBuffer, Session};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A graph input or output as the model declares it.
@@ -82,6 +83,8 @@ pub struct OnnxModel {
     outputs: Vec<TensorInfo>,
     initializers: HashMap<String, Init>,
     external: ExternalData,
+    /// Weights computed at import (batch norms folded into convs), shared by every shape.
+    derived: Mutex<HashMap<String, ParamBuffer>>,
     device: Device,
     options: CompileOptions,
     session: Option<Session>,
@@ -161,6 +164,7 @@ impl OnnxModel {
             outputs,
             initializers,
             external,
+            derived: Mutex::new(HashMap::new()),
             device: Device::Cpu,
             options: CompileOptions::default(),
             session: None,
@@ -285,7 +289,7 @@ impl OnnxModel {
         shapes: &[Vec<usize>],
         values: &HashMap<&str, &HostTensor>,
     ) -> std::result::Result<(Graph, Vec<(String, ParamBuffer)>), (Error, Vec<String>)> {
-        let mut imp = Importer::new(self.graph.name(), self.opset, &self.initializers, &self.external);
+        let mut imp = Importer::new(self.graph.name(), self.opset, &self.initializers, &self.external, &self.derived);
         match self.import_into(&mut imp, shapes, values) {
             Ok(()) => Ok((imp.g, imp.params)),
             Err(e) => Err((e, imp.wanted)),
@@ -448,12 +452,7 @@ impl OnnxModel {
             let new: Vec<String> = wanted
                 .into_iter()
                 .filter(|w| !self.specialized.contains(w))
-                .filter(|w| {
-                    self.inputs
-                        .iter()
-                        .zip(ordered)
-                        .any(|(i, t)| i.name == *w && t.len() <= SPECIALIZE_LIMIT)
-                })
+                .filter(|w| self.inputs.iter().zip(ordered).any(|(i, t)| i.name == *w && t.len() <= SPECIALIZE_LIMIT))
                 .collect();
             if new.is_empty() {
                 return Err(e);

@@ -4,62 +4,19 @@
 //! seeded mutation run over small models (the libFuzzer target `onnx` in fuzz/ runs the
 //! same check unbounded: `cargo xtask fuzz onnx`).
 
+mod common;
 #[path = "../../../fuzz/src/onnx_check.rs"]
 mod onnx_check;
 
+use common::{node, value_info, weight};
 use prost::Message;
 use rlx_ir::HostTensor;
 use rlx_onnx::OnnxModel;
 use rlx_onnx::proto::tensor_proto::{DataLocation, DataType};
-use rlx_onnx::proto::tensor_shape_proto::{Dimension, dimension::Value as Dim};
+use rlx_onnx::proto::tensor_shape_proto::dimension::Value as Dim;
 use rlx_onnx::proto::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, type_proto,
+    GraphProto, ModelProto, OperatorSetIdProto, StringStringEntryProto, TensorProto, TypeProto, type_proto,
 };
-
-fn value_info(name: &str, elem: DataType, dims: &[Option<i64>]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| Dimension {
-            value: Some(match d {
-                Some(v) => Dim::DimValue(*v),
-                None => Dim::DimParam("batch".into()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem as i32),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.into()),
-        name: Some(name.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    }
-}
-
-fn weight(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(DataType::Float as i32),
-        float_data: values.to_vec(),
-        ..Default::default()
-    }
-}
 
 /// `y = relu(x @ w + b)` over `x: f32[batch, 3]`, opset 17.
 fn mlp() -> ModelProto {

@@ -5,7 +5,7 @@
 use super::{OpDef, axis, def, one};
 use crate::import::{Importer, Node};
 use rlx_ir::shape::numel;
-use rlx_ir::{CompareOp, Error, NodeId, ReduceOp, Result, Unary};
+use rlx_ir::{CompareOp, DType, Error, HostTensor, NodeId, Op, ReduceOp, Result, Unary};
 
 pub const OPS: &[OpDef] = &[
     def("Softmax", 1, |i, n| softmax(i, n, Soft::Softmax)),
@@ -173,6 +173,9 @@ fn batch_norm(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
     let (scale, bias, mean, var) = (i.input(n, 1)?, i.input(n, 2)?, i.input(n, 3)?, i.input(n, 4)?);
     let r = i.g.dims(x).len();
     let eps = n.float("epsilon", 1e-5)? as f64;
+    if let Some(y) = fold_into_conv(i, n, x, [scale, bias, mean, var], eps)? {
+        return one(y);
+    }
     let e = i.g.scalar_like(var, eps)?;
     let v = i.g.add(var, e)?;
     let inv = i.g.unary(Unary::Rsqrt, v)?;
@@ -183,4 +186,42 @@ fn batch_norm(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
     let o = per_channel(i, offset, r)?;
     let y = i.g.mul(x, f)?;
     one(i.g.add(y, o)?)
+}
+
+/// A batch norm right after a 2-D conv whose weight, bias and statistics are known at
+/// import becomes that conv with scaled weights and a shifted bias (computed once in f64,
+/// rounded once to f32), so it costs nothing at run time: `w' = w f`, `b' = (b - mean) f
+/// + beta` with `f = gamma / sqrt(var + eps)` per output channel. The original conv stays
+/// for any other reader (dead code otherwise).
+fn fold_into_conv(i: &mut Importer, n: &Node, x: NodeId, stats: [NodeId; 4], eps: f64) -> Result<Option<NodeId>> {
+    let Some(conv) = i.g.node(x).cloned() else { return Ok(None) };
+    let Op::Conv2d { params, bias: has_bias } = *conv.op() else { return Ok(None) };
+    let (input, w) = (conv.inputs()[0], conv.inputs()[1]);
+    let (Some(Op::Param { name: w_name }), DType::F32) = (i.g.node(w).map(|n| n.op().clone()), i.g.dtype(w)) else {
+        return Ok(None);
+    };
+    let out_channels = i.g.dims(w)[0];
+    let mut values = Vec::with_capacity(5);
+    for id in stats.into_iter().chain(has_bias.then(|| conv.inputs()[2])) {
+        match i.host_value(id) {
+            Some(t) if t.len() == out_channels => values.push(t.to_f64_vec()),
+            _ => return Ok(None),
+        }
+    }
+    let Some(weight) = i.host_value(w) else { return Ok(None) };
+    let factor: Vec<f64> = (0..out_channels).map(|c| values[0][c] / (values[3][c] + eps).sqrt()).collect();
+    let shift: Vec<f64> = (0..out_channels)
+        .map(|c| (values.get(4).map_or(0.0, |b| b[c]) - values[2][c]) * factor[c] + values[1][c])
+        .collect();
+    let tag = n.proto.output.first().map_or("", String::as_str);
+    let w_dims = i.g.dims(w).to_vec();
+    let folded_w = i.derived_param(&format!("{w_name}|bn:{tag}"), || {
+        let per = weight.len() / out_channels.max(1);
+        let v: Vec<f64> = weight.to_f64_vec().iter().enumerate().map(|(k, &v)| v * factor[k / per.max(1)]).collect();
+        HostTensor::from_f64_as(DType::F32, &w_dims, &v)
+    })?;
+    let folded_b = i.derived_param(&format!("{w_name}|bn-bias:{tag}"), || {
+        HostTensor::from_f64_as(DType::F32, &[out_channels], &shift)
+    })?;
+    Ok(Some(i.g.conv2d(input, folded_w, Some(folded_b), params)?))
 }

@@ -5,6 +5,9 @@
 
 use rlx_io::npy::load_npy;
 use rlx_ir::HostTensor;
+use rlx_onnx::proto::tensor_proto::DataType;
+use rlx_onnx::proto::tensor_shape_proto::{Dimension, dimension::Value as Dim};
+use rlx_onnx::proto::{NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto};
 use std::path::PathBuf;
 
 pub fn fixture(name: &str) -> HostTensor {
@@ -81,4 +84,51 @@ pub fn agree(got: &HostTensor, ort: &HostTensor, exact: &HostTensor) -> Agreemen
         }
     }
     a
+}
+
+// Small models built in tests.
+
+/// A tensor input or output; `None` dims are the symbolic `batch`.
+pub fn value_info(name: &str, elem: DataType, dims: &[Option<i64>]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Some(v) => Dim::DimValue(*v),
+                None => Dim::DimParam("batch".into()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem as i32),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        name: Some(name.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+pub fn weight(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(DataType::Float as i32),
+        float_data: values.to_vec(),
+        ..Default::default()
+    }
 }
