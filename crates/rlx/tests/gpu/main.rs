@@ -12,6 +12,7 @@ use rlx_corpus::{Case, cases, every_value_as_output, low_precision_cases, narrow
 mod kernels;
 mod large;
 mod llm;
+mod onnx;
 
 /// Whether the GPU runs here; panics instead of skipping under `RLX_REQUIRE_DEVICE=1`.
 pub fn gpu_or_skip(test: &str) -> bool {
