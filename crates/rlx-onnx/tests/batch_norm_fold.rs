@@ -15,7 +15,7 @@ use rlx_onnx::proto::{AttributeProto, GraphProto, ModelProto, OperatorSetIdProto
 /// Conv 3 -> 5 channels (3x3, pad 1, with bias) then BatchNormalization; with
 /// `identity` an Identity between them keeps the batch norm unfolded.
 fn conv_bn(identity: bool) -> Vec<u8> {
-    let wave = |n: usize, k: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32 * k).sin() * 0.5)).collect() };
+    let wave = |n: usize, k: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * k).sin() * 0.5).collect() };
     let c = 5;
     let mut nodes = vec![node("Conv", "conv", &["x", "w", "b"], &["c"])];
     nodes[0].attribute.push(AttributeProto {

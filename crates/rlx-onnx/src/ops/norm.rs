@@ -190,9 +190,9 @@ fn batch_norm(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
 
 /// A batch norm right after a 2-D conv whose weight, bias and statistics are known at
 /// import becomes that conv with scaled weights and a shifted bias (computed once in f64,
-/// rounded once to f32), so it costs nothing at run time: `w' = w f`, `b' = (b - mean) f
-/// + beta` with `f = gamma / sqrt(var + eps)` per output channel. The original conv stays
-/// for any other reader (dead code otherwise).
+/// rounded once to f32), so it costs nothing at run time: `w' = w f` and
+/// `b' = (b - mean) f + beta` with `f = gamma / sqrt(var + eps)` per output channel. The
+/// original conv stays for any other reader (dead code otherwise).
 fn fold_into_conv(i: &mut Importer, n: &Node, x: NodeId, stats: [NodeId; 4], eps: f64) -> Result<Option<NodeId>> {
     let Some(conv) = i.g.node(x).cloned() else { return Ok(None) };
     let Op::Conv2d { params, bias: has_bias } = *conv.op() else { return Ok(None) };
