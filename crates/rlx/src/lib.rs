@@ -24,11 +24,11 @@ pub mod prelude {
         AttentionMask, BinaryOp, CompareOp, Conv2dParams, DType, Error, Graph, HostTensor, NodeId, Op, PoolParams,
         ReduceOp, Result, RopeStyle, Unary, quant::QuantScheme,
     };
+    pub use rlx_onnx::{OnnxModel, TensorInfo};
     pub use rlx_runtime::{
         CompileOptions, CompiledGraph, Device, ParamBuffer, PrecisionPolicy, Session, SharedBytes, fastest_device,
         is_available,
     };
-    pub use rlx_onnx::{OnnxModel, TensorInfo};
 }
 
 /// README.md's Rust code blocks, compiled and run as doc tests so they cannot rot.
