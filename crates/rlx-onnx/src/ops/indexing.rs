@@ -1,4 +1,4 @@
-//! Index-driven ops built from comparisons, gathers and sums: Trilu, CumSum, ScatterND,
+//! Index-driven ops built from comparisons, gathers and sums: Trilu, CumSum, CumProd, ScatterND,
 //! ScatterElements (and the deprecated Scatter), TopK, OneHot, Compress.
 //!
 //! Runtime indices are handled without new IR ops: a scatter is the IR's `scatter_add`
@@ -12,12 +12,13 @@ use crate::import::{Importer, Node};
 use crate::ops::elementwise::identity_of;
 use crate::ops::layout::take;
 use rlx_ir::shape::{numel, strides};
-use rlx_ir::{CompareOp, DType, Error, HostTensor, NodeId, ReduceOp, Result};
+use rlx_ir::{BinaryOp, CompareOp, DType, Error, HostTensor, NodeId, ReduceOp, Result};
 
 pub const OPS: &[OpDef] = &[
     def("Trilu", 14, trilu),
-    def("CumSum", 11, cumsum),
-    def("CumSum", 14, cumsum),
+    def("CumSum", 11, |i, n| cumulative(i, n, BinaryOp::Add)),
+    def("CumSum", 14, |i, n| cumulative(i, n, BinaryOp::Add)),
+    def("CumProd", 26, |i, n| cumulative(i, n, BinaryOp::Mul)),
     def("ScatterND", 11, scatter_nd),
     def("ScatterND", 13, scatter_nd),
     def("ScatterND", 16, scatter_nd),
@@ -69,12 +70,12 @@ fn trilu(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
 
 /// `x` shifted by `s` along `a` (towards higher indices, or lower when `back`), zeros
 /// filling the vacated entries.
-fn shift(i: &mut Importer, x: NodeId, a: usize, s: usize, back: bool) -> Result<NodeId> {
+fn shift(i: &mut Importer, x: NodeId, a: usize, s: usize, back: bool, fill: f64) -> Result<NodeId> {
     let d = i.g.dims(x).to_vec();
     let len = d[a];
     let mut zd = d.clone();
     zd[a] = s.min(len);
-    let zeros = i.g.full(i.g.dtype(x), &zd, 0.0)?;
+    let zeros = i.g.full(i.g.dtype(x), &zd, fill)?;
     if s >= len {
         return Ok(zeros);
     }
@@ -87,27 +88,29 @@ fn shift(i: &mut Importer, x: NodeId, a: usize, s: usize, back: bool) -> Result<
     }
 }
 
-/// CumSum as a log-step prefix sum (y += y shifted by 1, 2, 4, ..): exact for integers.
-fn cumsum(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
+/// CumSum / CumProd as a log-step prefix scan (y = y op y shifted by 1, 2, 4, .., the
+/// shift filling with the identity): exact for integers.
+fn cumulative(i: &mut Importer, n: &Node, op: BinaryOp) -> Result<Vec<NodeId>> {
     let x = i.input(n, 0)?;
     let d = i.g.dims(x).to_vec();
     let a = i.const_ints(n, 1)?.ok_or_else(|| Error::graph("input 1 (axis) is required"))?;
     let [a] = a[..] else { return Err(Error::shape(format!("axis must be one value, got {a:?}"))) };
     let a = axis(a, d.len())?;
     if d.is_empty() {
-        return Err(Error::shape("CumSum of a scalar"));
+        return Err(Error::shape(format!("{} of a scalar", n.op_type())));
     }
     let (exclusive, back) = (n.int("exclusive", 0)? != 0, n.int("reverse", 0)? != 0);
     let len = d[a];
+    let identity = if op == BinaryOp::Mul { 1.0 } else { 0.0 };
     let mut y = x;
     let mut s = 1;
     while s < len {
-        let shifted = shift(i, y, a, s, back)?;
-        y = i.g.add(y, shifted)?;
+        let shifted = shift(i, y, a, s, back, identity)?;
+        y = i.g.binary(op, y, shifted)?;
         s *= 2;
     }
     if exclusive && len > 0 {
-        y = shift(i, y, a, 1, back)?;
+        y = shift(i, y, a, 1, back, identity)?;
     }
     if y == x {
         y = identity_of(i, x)?;
