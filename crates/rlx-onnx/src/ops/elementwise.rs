@@ -399,7 +399,6 @@ fn rounding(i: &mut Importer, n: &Node, mode: Rounding) -> Result<Vec<NodeId>> {
     }
     let t = trunc(i, x)?;
     let one_ = i.g.scalar_like(x, 1.0)?;
-    let zero = i.g.scalar_like(x, 0.0)?;
     let y = match mode {
         Rounding::Floor => {
             let above = i.g.gt(t, x)?;
@@ -411,29 +410,40 @@ fn rounding(i: &mut Importer, n: &Node, mode: Rounding) -> Result<Vec<NodeId>> {
             let up = i.g.add(t, one_)?;
             i.g.where_(below, up, t)?
         }
-        Rounding::HalfEven => {
-            let frac = i.g.sub(x, t)?;
-            let a = i.g.unary(Unary::Abs, frac)?;
-            let half = i.g.scalar_like(x, 0.5)?;
-            // t is odd when t - 2 trunc(t / 2) is not 0 (exact: t / 2 only shifts).
-            let two = i.g.scalar_like(x, 2.0)?;
-            let halved = i.g.div(t, two)?;
-            let th = trunc(i, halved)?;
-            let even = i.g.mul(th, two)?;
-            let rem = i.g.sub(t, even)?;
-            let odd = i.g.compare(CompareOp::Ne, rem, zero)?;
-            let beyond = i.g.gt(a, half)?;
-            let tie = i.g.compare(CompareOp::Eq, a, half)?;
-            let tie_odd = i.g.where_(tie, odd, tie)?;
-            let away = i.g.where_(beyond, beyond, tie_odd)?;
-            let neg = i.g.lt(x, zero)?;
-            let m1 = i.g.scalar_like(x, -1.0)?;
-            let step = i.g.where_(neg, m1, one_)?;
-            let moved = i.g.add(t, step)?;
-            i.g.where_(away, moved, t)?
-        }
+        Rounding::HalfEven => round_half_even_of(i, x, t)?,
     };
     one(y)
+}
+
+/// Rounds `x` to the nearest integer, ties to even (`t` is `trunc(x)`).
+fn round_half_even_of(i: &mut Importer, x: NodeId, t: NodeId) -> Result<NodeId> {
+    let one_ = i.g.scalar_like(x, 1.0)?;
+    let zero = i.g.scalar_like(x, 0.0)?;
+    let frac = i.g.sub(x, t)?;
+    let a = i.g.unary(Unary::Abs, frac)?;
+    let half = i.g.scalar_like(x, 0.5)?;
+    // t is odd when t - 2 trunc(t / 2) is not 0 (exact: t / 2 only shifts).
+    let two = i.g.scalar_like(x, 2.0)?;
+    let halved = i.g.div(t, two)?;
+    let th = trunc(i, halved)?;
+    let even = i.g.mul(th, two)?;
+    let rem = i.g.sub(t, even)?;
+    let odd = i.g.compare(CompareOp::Ne, rem, zero)?;
+    let beyond = i.g.gt(a, half)?;
+    let tie = i.g.compare(CompareOp::Eq, a, half)?;
+    let tie_odd = i.g.where_(tie, odd, tie)?;
+    let away = i.g.where_(beyond, beyond, tie_odd)?;
+    let neg = i.g.lt(x, zero)?;
+    let m1 = i.g.scalar_like(x, -1.0)?;
+    let step = i.g.where_(neg, m1, one_)?;
+    let moved = i.g.add(t, step)?;
+    i.g.where_(away, moved, t)
+}
+
+/// `x` (float) rounded to the nearest integer, ties to even (ONNX Round, QuantizeLinear).
+pub fn round_half_even(i: &mut Importer, x: NodeId) -> Result<NodeId> {
+    let t = trunc(i, x)?;
+    round_half_even_of(i, x, t)
 }
 
 /// Mod: `fmod = 1` is C's fmod (the sign of the dividend, `a - trunc(a / b) b`); the

@@ -18,6 +18,7 @@ pub mod matmul;
 pub mod misc;
 pub mod nn;
 pub mod norm;
+pub mod quant;
 pub mod reduce;
 pub mod rnn;
 
@@ -55,6 +56,7 @@ const FAMILIES: &[&[OpDef]] = &[
     attention::OPS,
     indexing::OPS,
     misc::OPS,
+    quant::OPS,
     einsum::OPS,
 ];
 
