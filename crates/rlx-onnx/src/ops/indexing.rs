@@ -10,7 +10,7 @@
 use super::{OpDef, axis, def, one};
 use crate::import::{Importer, Node};
 use crate::ops::elementwise::identity_of;
-use crate::ops::layout::take;
+use crate::ops::layout::{i64_const, take};
 use rlx_ir::shape::{numel, strides};
 use rlx_ir::{BinaryOp, CompareOp, DType, Error, HostTensor, NodeId, ReduceOp, Result};
 
@@ -36,10 +36,6 @@ pub const OPS: &[OpDef] = &[
     def("Compress", 9, compress),
     def("Compress", 11, compress),
 ];
-
-fn i64_const(i: &mut Importer, dims: &[usize], values: &[i64]) -> Result<NodeId> {
-    i.g.constant_tensor(HostTensor::from_i64(dims, values)?)
-}
 
 /// Trilu: keeps `j - i >= k` (upper) or `j - i <= k` (lower) of the last two axes; `k`
 /// may be a runtime scalar.

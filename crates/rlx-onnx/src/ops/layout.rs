@@ -35,7 +35,8 @@ pub const OPS: &[OpDef] = &[
     def("SpaceToDepth", 1, space_to_depth),
 ];
 
-fn i64_const(i: &mut Importer, dims: &[usize], values: &[i64]) -> Result<NodeId> {
+/// An i64 constant.
+pub fn i64_const(i: &mut Importer, dims: &[usize], values: &[i64]) -> Result<NodeId> {
     i.g.constant_tensor(HostTensor::from_i64(dims, values)?)
 }
 
