@@ -270,14 +270,38 @@ fn vmath_kernels(u: Unary) -> Option<(vmath::SliceFn, vmath::InplaceFn)> {
     })
 }
 
+/// `body` with `f` bound to the plain-arithmetic function of `u` on f32: relu, neg and
+/// abs as closures the loop inlines and the compiler vectorizes (the same expressions as
+/// `unary_fn`, so the same bits), the rest through `unary_fn`. Through its pointer relu
+/// was a call per element, ~10% of a ResNet-50's time.
+macro_rules! with_plain_f32 {
+    ($u:expr, $f:ident => $body:expr) => {
+        match $u {
+            Unary::Relu => {
+                let $f = |v: f32| if v > 0.0 || v.is_nan() { v } else { 0.0 };
+                $body
+            }
+            Unary::Neg => {
+                let $f = |v: f32| -v;
+                $body
+            }
+            Unary::Abs => {
+                let $f = f32::abs;
+                $body
+            }
+            other => {
+                let $f = unary_fn::<f32>(other);
+                $body
+            }
+        }
+    };
+}
+
 /// `out = u(x)` on f32: the one definition the unfused kernel and fused kernels share.
 pub fn unary_f32_slice(arm: Arm, u: Unary, x: &[f32], out: &mut [f32]) {
     match vmath_kernels(u) {
         Some((slice, _)) => slice(arm, x, out),
-        None => {
-            let f = unary_fn::<f32>(u);
-            out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
-        }
+        None => with_plain_f32!(u, f => out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v))),
     }
 }
 
@@ -285,10 +309,7 @@ pub fn unary_f32_slice(arm: Arm, u: Unary, x: &[f32], out: &mut [f32]) {
 pub fn unary_f32_inplace(arm: Arm, u: Unary, v: &mut [f32]) {
     match vmath_kernels(u) {
         Some((_, inplace)) => inplace(arm, v),
-        None => {
-            let f = unary_fn::<f32>(u);
-            v.iter_mut().for_each(|x| *x = f(*x));
-        }
+        None => with_plain_f32!(u, f => v.iter_mut().for_each(|x| *x = f(*x))),
     }
 }
 
