@@ -155,6 +155,10 @@ pub struct Importer<'m> {
     /// Weights computed at import (a conv's weight with a batch norm folded in), kept by
     /// the model so that a new input shape does not compute them again.
     pub derived: &'m Mutex<HashMap<String, ParamBuffer>>,
+    /// Values that are a zero padding of another (`(source, [axis, before, after]...)`),
+    /// through Pad, Identity and Transpose, so a Conv reading one takes the padding into
+    /// its own instead of reading the padded copy.
+    pub zero_padded: HashMap<NodeId, (NodeId, Vec<[usize; 3]>)>,
 }
 
 impl<'m> Importer<'m> {
@@ -176,6 +180,7 @@ impl<'m> Importer<'m> {
             wanted: Vec::new(),
             opset,
             derived,
+            zero_padded: HashMap::new(),
         }
     }
 

@@ -163,7 +163,11 @@ fn gelu(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
 /// A distinct node holding `x`'s value (a graph output may not alias an input).
 pub fn identity_of(i: &mut Importer, x: NodeId) -> Result<NodeId> {
     let dims = i.g.dims(x).to_vec();
-    i.g.reshape(x, &dims)
+    let y = i.g.reshape(x, &dims)?;
+    if let Some(padded) = i.zero_padded.get(&x).cloned() {
+        i.zero_padded.insert(y, padded);
+    }
+    Ok(y)
 }
 
 fn identity(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {

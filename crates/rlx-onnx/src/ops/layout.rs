@@ -145,7 +145,15 @@ fn transpose(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
         }
         None => (0..r).rev().collect(),
     };
-    one(i.g.transpose(x, &perm)?)
+    let y = i.g.transpose(x, &perm)?;
+    // A zero padding stays one through the transpose, on the permuted axes.
+    if let Some((src, pads)) = i.zero_padded.get(&x).cloned() {
+        let src = i.g.transpose(src, &perm)?;
+        let moved =
+            pads.iter().filter_map(|&[a, lo, hi]| perm.iter().position(|&p| p == a).map(|k| [k, lo, hi])).collect();
+        i.zero_padded.insert(y, (src, moved));
+    }
+    one(y)
 }
 
 fn concat(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
@@ -456,6 +464,14 @@ fn pad(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
     }
     if y == x {
         y = identity_of(i, x)?;
+    } else if mode == "constant" && value == 0.0 && pads.iter().all(|&p| p >= 0) {
+        let padded: Vec<[usize; 3]> = ax
+            .iter()
+            .enumerate()
+            .map(|(k, &a)| [a, pads[k] as usize, pads[k + ax.len()] as usize])
+            .filter(|&[_, lo, hi]| lo + hi > 0)
+            .collect();
+        i.zero_padded.insert(y, (x, padded));
     }
     one(y)
 }

@@ -173,8 +173,20 @@ fn unplanar(i: &mut Importer, y: NodeId, sp: usize) -> Result<NodeId> {
     i.g.reshape(y, &[d[0], d[1], d[3]])
 }
 
+/// `x`'s unpadded source and its padding per spatial axis when `x` is a zero padding of
+/// another value on spatial axes only (a Pad before a Conv, seen through transposes).
+fn spatial_zero_pad(i: &Importer, x: NodeId, sp: usize) -> Option<(NodeId, Vec<[usize; 2]>)> {
+    let (src, pads) = i.zero_padded.get(&x)?;
+    let mut out = vec![[0, 0]; sp];
+    for &[a, lo, hi] in pads {
+        let slot = out.get_mut(a.checked_sub(2)?)?;
+        *slot = [lo, hi];
+    }
+    Some((*src, out))
+}
+
 fn conv(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
-    let (x, w, b) = (i.input(n, 0)?, i.input(n, 1)?, i.opt_input(n, 2)?);
+    let (mut x, w, b) = (i.input(n, 0)?, i.input(n, 1)?, i.opt_input(n, 2)?);
     let sp = spatial_rank(i, x, 2, "convolution")?;
     let (xd, wd) = (i.g.dims(x).to_vec(), i.g.dims(w).to_vec());
     if wd.len() != xd.len() {
@@ -182,7 +194,17 @@ fn conv(i: &mut Importer, n: &Node) -> Result<Vec<NodeId>> {
     }
     let kernel = wd[2..].to_vec();
     check_kernel_shape(n, &kernel)?;
-    let win = window(n, &xd[2..], kernel)?;
+    let mut win = window(n, &xd[2..], kernel)?;
+    // A zero Pad before the conv becomes the conv's own padding (the same zeros, no
+    // padded copy); auto_pad's padding depends on the padded extent, so only NOTSET.
+    if n.string("auto_pad", "NOTSET")? == "NOTSET"
+        && let Some((src, extra)) = spatial_zero_pad(i, x, sp)
+    {
+        for (p, e) in win.pads.iter_mut().zip(&extra) {
+            *p = [p[0] + e[0], p[1] + e[1]];
+        }
+        x = src;
+    }
     let params = win.conv_params(group(n)?);
     let (x4, w4) = (planar(i, x)?, planar(i, w)?);
     let y = i.g.conv2d(x4, w4, b, params)?;

@@ -1,7 +1,8 @@
-//! A BatchNormalization right after a Conv is folded into the conv's weight and bias at
-//! import: the graph has no per-channel arithmetic left, the result agrees with the
-//! unfolded form (the same model with an Identity in between) and with the f64 twin at
-//! two input shapes (the second imports with the weights folded for the first).
+//! Import-time folds into a Conv. A BatchNormalization right after a Conv is folded into
+//! the conv's weight and bias: the graph has no per-channel arithmetic left, the result
+//! agrees with the unfolded form (the same model with an Identity in between) and with the
+//! f64 twin at two input shapes (the second imports with the weights folded for the
+//! first). A zero Pad before a Conv becomes the conv's padding.
 
 mod common;
 
@@ -93,4 +94,64 @@ fn batch_norm_after_conv_folds_into_its_weights() {
             assert!((b[k] - e[k]).abs() <= 32.0 * f32::EPSILON as f64 * scale, "plain {k}: {} vs {}", b[k], e[k]);
         }
     }
+}
+
+/// Pad (zeros, spatial axes, NHWC) -> Transpose -> Conv, as TensorFlow exports write a
+/// padded conv: the conv takes the padding into its own, so the graph reads no padded
+/// copy, and the result is bit-identical to a Conv with the same `pads` attribute.
+#[test]
+fn a_zero_pad_before_a_conv_becomes_its_padding() {
+    let ints = |name: &str, v: &[i64]| AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    };
+    let w: Vec<f32> = (0..4 * 3 * 9).map(|i| (i as f32 * 0.31).cos() * 0.4).collect();
+    let graph = |nodes: Vec<rlx_onnx::proto::NodeProto>, extra: Vec<rlx_onnx::proto::TensorProto>| {
+        let mut init = vec![weight("w", &[4, 3, 3, 3], &w)];
+        init.extend(extra);
+        ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(13) }],
+            graph: Some(GraphProto {
+                name: Some("pad_conv".into()),
+                node: nodes,
+                initializer: init,
+                input: vec![value_info("x", DataType::Float, &[Some(1), Some(6), Some(7), Some(3)])],
+                output: vec![value_info("y", DataType::Float, &[Some(1), Some(4), Some(6), Some(7)])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let pads = rlx_onnx::proto::TensorProto {
+        name: Some("pads".into()),
+        dims: vec![8],
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: vec![0, 1, 1, 0, 0, 1, 1, 0],
+        ..Default::default()
+    };
+    let mut to_nchw = node("Transpose", "t", &["xp"], &["xt"]);
+    to_nchw.attribute.push(ints("perm", &[0, 3, 1, 2]));
+    let padded = graph(
+        vec![node("Pad", "pad", &["x", "pads"], &["xp"]), to_nchw.clone(), node("Conv", "conv", &["xt", "w"], &["y"])],
+        vec![pads],
+    );
+    let mut to_nchw_plain = to_nchw;
+    to_nchw_plain.input = vec!["x".into()];
+    let mut conv = node("Conv", "conv", &["xt", "w"], &["y"]);
+    conv.attribute.push(ints("pads", &[1, 1, 1, 1]));
+    let plain = graph(vec![to_nchw_plain, conv], vec![]);
+    let x: Vec<f32> = (0..6 * 7 * 3).map(|i| (i as f32 * 0.77).sin()).collect();
+    let x = HostTensor::from_f32(&[1, 6, 7, 3], &x).unwrap();
+    let mut m = OnnxModel::from_bytes(&padded).unwrap();
+    let g = m.graph_for(&[vec![1, 6, 7, 3]]).unwrap();
+    let out = g.outputs()[0];
+    let conv_input = g.node(out).unwrap().inputs()[0];
+    assert_eq!(g.dims(conv_input), [1, 3, 6, 7], "the conv reads the unpadded transpose");
+    let a = m.run(&[("x", &x)]).unwrap();
+    let b = OnnxModel::from_bytes(&plain).unwrap().run(&[("x", &x)]).unwrap();
+    assert_eq!(a[0].bytes(), b[0].bytes());
 }
