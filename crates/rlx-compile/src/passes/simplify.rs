@@ -5,7 +5,7 @@
 //! from an exact widening.
 //!
 //! Transposes also sink through elementwise ops, which move data, not values: a unary op
-//! or cast of `transpose(x)`, and a binary op of `transpose(x)` with a small operand (a
+//! of `transpose(x)`, and a binary op of `transpose(x)` with a small operand (a
 //! per-channel bias, seen transposed the other way) or with a transpose of the same perm,
 //! become the op on `x` followed by one transpose — when the transposes have no other
 //! reader. Two transposes that meet then compose away. Exported CNNs put an NHWC <->
@@ -115,14 +115,20 @@ fn simplified(g: &mut Graph, node: &Node, ins: &[NodeId]) -> Result<Option<NodeI
 const SINK_OPERAND_LIMIT: usize = 1 << 12;
 
 /// `op(transpose(x), ..)` as `transpose(op(x, ..))` when the transpose's only reader is
-/// this node (see the module docs); None otherwise.
+/// this node and `x` is computed (see the module docs); None otherwise. Casts are left
+/// alone: the mixed-precision pass places them around params for the packed layouts.
 fn sunk(g: &mut Graph, node: &Node, ins: &[NodeId], sole: &dyn Fn(NodeId) -> bool) -> Result<Option<NodeId>> {
+    // A transpose of a leaf (a weight) stays: backends read it as a transposed operand
+    // (a matmul's, a packed bf16 param's), which sinking would hide behind another op.
     let transposed = |g: &Graph, x: NodeId| match g.node(x).map(Node::op) {
-        Some(Op::Transpose { perm }) if sole(x) => Some((perm.clone(), g.node(x).map(|n| n.inputs()[0])?)),
+        Some(Op::Transpose { perm }) if sole(x) => {
+            let inner = g.node(x).map(|n| n.inputs()[0])?;
+            (!g.node(inner)?.op().is_leaf()).then(|| (perm.clone(), inner))
+        }
         _ => None,
     };
     match node.op() {
-        Op::Unary(_) | Op::Cast { .. } => {
+        Op::Unary(_) => {
             let Some((perm, x)) = transposed(g, ins[0]) else { return Ok(None) };
             let y = g.push(node.op().clone(), &[x])?;
             Ok(Some(g.transpose(y, &perm)?))
@@ -205,7 +211,9 @@ mod tests {
     fn transposes_sink_through_elementwise_ops_and_cancel() {
         let mut g = Graph::new("sink");
         let values: Vec<f32> = (0..2 * 3 * 4 * 5).map(|i| (i as f32 * 0.37).sin()).collect();
-        let x = g.constant_tensor(HostTensor::from_f32(&[2, 3, 4, 5], &values).unwrap()).unwrap();
+        let c = g.constant_tensor(HostTensor::from_f32(&[2, 3, 4, 5], &values).unwrap()).unwrap();
+        // A computed value (a conv's output in the real case), not a leaf.
+        let x = g.unary(Unary::Neg, c).unwrap();
         let nhwc = g.transpose(x, &[0, 2, 3, 1]).unwrap();
         let r = g.unary(Unary::Relu, nhwc).unwrap();
         let bias = g.constant_tensor(HostTensor::from_f32(&[3], &[0.5, -1.0, 2.0]).unwrap()).unwrap();
@@ -234,6 +242,7 @@ mod tests {
     fn a_shared_transpose_does_not_sink() {
         let mut g = Graph::new("shared");
         let x = g.input("x", DType::F32, &[2, 3]).unwrap();
+        let x = g.unary(Unary::Neg, x).unwrap();
         let t = g.transpose(x, &[1, 0]).unwrap();
         let r = g.unary(Unary::Relu, t).unwrap();
         let e = g.unary(Unary::Exp, t).unwrap();
@@ -241,5 +250,19 @@ mod tests {
         let s = Simplify.run(&g, &mut PassLog::default()).unwrap();
         let transposes = s.nodes().filter(|(_, n)| matches!(n.op(), Op::Transpose { .. })).count();
         assert_eq!(transposes, 1);
+    }
+
+    /// A transposed leaf (a weight a matmul reads transposed, a packed param) stays put.
+    #[test]
+    fn a_transposed_leaf_does_not_sink() {
+        let mut g = Graph::new("leaf");
+        let w = g.param("w", DType::F32, &[2, 3]).unwrap();
+        let t = g.transpose(w, &[1, 0]).unwrap();
+        let r = g.unary(Unary::Relu, t).unwrap();
+        g.set_outputs(&[r]).unwrap();
+        let s = Simplify.run(&g, &mut PassLog::default()).unwrap();
+        let out = s.node(s.outputs()[0]).unwrap();
+        assert!(matches!(out.op(), Op::Unary(Unary::Relu)));
+        assert!(matches!(s.node(out.inputs()[0]).unwrap().op(), Op::Transpose { .. }));
     }
 }
