@@ -52,11 +52,17 @@ impl Pass for Simplify {
                 None => copy(new, map, node)?,
             };
             readers.resize(new.len(), usize::MAX);
-            if result.index() >= before {
-                readers[result.index()] = old_readers[id.index()];
+            let r = result.index();
+            readers[r] = if r >= before {
+                old_readers[id.index()]
+            } else if ins.contains(&result) && readers[r] != usize::MAX {
+                // A pass-through (x * 1, a reshape to its own dims): the operand's readers
+                // lose this node and gain its readers.
+                let own = ins.iter().filter(|&&i| i == result).count();
+                readers[r].saturating_sub(own).saturating_add(old_readers[id.index()])
             } else {
-                readers[result.index()] = usize::MAX;
-            }
+                usize::MAX
+            };
             Ok(result)
         })?;
         if rewrites > 0 {
