@@ -79,3 +79,25 @@ fn inspect_and_check_describe_the_model() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+fn bad_onnx_flags_are_errors_naming_the_flag() {
+    let Some(model) = minilm() else { return };
+    let m = model.to_str().unwrap();
+    let fails = |args: &[&str], want: &str| {
+        let o = rlx(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+    };
+    fails(&["check", m, "--shape", "input_ids=2xq", "--shape", "attention_mask=2x16"], "--shape 'input_ids=2xq'");
+    fails(&["check", m, "--shape", "input_ids", "--shape", "attention_mask=2x16"], "is not NAME=AxBxC");
+    fails(&["check", m, "--shape", "input_ids=2", "--shape", "attention_mask=2x16"], "rank 1");
+    fails(
+        &["check", m, "--shape", "input_ids=2x16", "--shape", "attention_mask=2x16", "--shape", "tokens=2x16"],
+        "no such input",
+    );
+    fails(&["run", m, "--param", "w=w.npy"], "--param w=w.npy");
+    fails(&["bench", "onnx"], "needs a model");
+    let ids = fixture("minilm_4x32_input_ids.npy");
+    fails(&["run", m, "--input", &format!("input_ids={}", ids.display())], "input 'attention_mask'");
+}

@@ -11,7 +11,8 @@ use rlx_onnx::proto::{NodeProto, TensorProto, TensorShapeProto, TypeProto, Value
 use std::path::PathBuf;
 
 pub fn fixture(name: &str) -> HostTensor {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models").join(name);
+    // From crates/rlx-onnx or crates/rlx (the GPU test includes this file).
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../rlx-onnx/tests/fixtures/models").join(name);
     load_npy(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
