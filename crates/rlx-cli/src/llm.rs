@@ -1,7 +1,7 @@
 //! `rlx generate`, `rlx inspect FILE.gguf` and `rlx bench llm`.
 
 use rlx::gguf::Gguf;
-use rlx::models::{ChatTemplate, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TextStream, TokenId};
+use rlx::models::{Completion, Llama, LlamaOptions, Sampler, SamplerConfig, TokenId};
 use rlx::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,6 +21,8 @@ pub struct GenerateArgs {
     pub device: Device,
     /// Parse control-token strings in the user's text as control tokens (`--special`).
     pub special: bool,
+    /// Stop strings (OpenAI's semantics: the first occurrence ends the text, unprinted).
+    pub stops: Vec<String>,
 }
 
 /// The model path given, or the default one, which must exist.
@@ -42,43 +44,20 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
     let options =
         LlamaOptions { context: args.context, threads: args.threads, q8_decode: !args.f32_decode, device: args.device };
     let mut model = Llama::load(&path, &options)?;
-    let prompt = if args.chat {
-        let template = model.gguf().get("tokenizer.chat_template").and_then(|v| v.as_str()).ok_or_else(|| {
-            Error::input(format!("{} has no chat template (tokenizer.chat_template)", path.display()))
-        })?;
-        let mut messages = Vec::new();
-        if let Some(system) = &args.system {
-            messages.push(Message::new("system", system));
-        }
-        messages.push(Message::new("user", &args.prompt));
-        ChatTemplate::from_jinja(template)?.encode(&model.tokenizer, &messages, true, special)?
-    } else {
-        model.tokenizer.encode_prompt(&args.prompt, special)?
-    };
-    if prompt.is_empty() {
-        return Err(Error::input("the prompt is empty"));
-    }
+    let prompt = model
+        .encode_request(&args.prompt, args.chat, args.system.as_deref(), special)
+        .map_err(|e| e.context(path.display()))?;
     if !args.chat {
         print!("{}", args.prompt);
     }
-    let mut sampler = Sampler::new(args.sampler.clone())?;
-    let mut stream = TextStream::default();
+    let sampler = Sampler::new(args.sampler.clone())?;
+    let mut completion = Completion::begin(&mut model, &prompt, args.max_new, sampler, &args.stops)?;
     let mut stdout = std::io::stdout();
-    let mut failed = None;
-    let (tokens, stats) = model.generate(&prompt, args.max_new, &mut sampler, true, |tokenizer, id| {
-        if Some(id) == tokenizer.eos {
-            return true;
-        }
-        let written = tokenizer.decode_bytes(&[id]).and_then(|bytes| {
-            let text = stream.push(&bytes);
-            write!(stdout, "{text}").and_then(|_| stdout.flush()).map_err(|e| Error::io(format!("stdout: {e}")))
-        });
-        written.map_err(|e| failed = Some(e)).is_ok()
-    })?;
-    if let Some(e) = failed {
-        return Err(e);
+    while let Some(text) = completion.next_text(&mut model)? {
+        write!(stdout, "{text}").and_then(|_| stdout.flush()).map_err(|e| Error::io(format!("stdout: {e}")))?;
     }
-    println!("{}", stream.finish());
+    println!();
+    let (tokens, stats) = (&completion.generation.tokens, &completion.generation.stats);
     eprintln!();
     eprintln!(
         "prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | compile {:.0} ms ({} threads, {} decode)",

@@ -78,6 +78,10 @@ enum Command {
         /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
         #[arg(long, default_value = "cpu")]
         device: String,
+        /// End generation at this text, which is not printed (repeatable; the first
+        /// occurrence of any of them counts).
+        #[arg(long = "stop", value_name = "STR")]
+        stops: Vec<String>,
     },
     /// Compile a graph for a device, run it on .npy inputs and print or save the outputs.
     Run {
@@ -210,6 +214,7 @@ fn main() -> ExitCode {
             f32_decode,
             special,
             device,
+            stops,
         } => Device::from_name(&device).and_then(|device| {
             llm::generate(&llm::GenerateArgs {
                 model,
@@ -230,6 +235,7 @@ fn main() -> ExitCode {
                 f32_decode,
                 device,
                 special,
+                stops,
             })
         }),
         Command::Run { graph, inputs, params, out, device } => {

@@ -1,17 +1,19 @@
 //! Models built from files. Today: Llama-family LLMs from GGUF ([`llama`]), with their
 //! byte-level BPE tokenizer ([`tokenizer`]), chat template ([`chat`]) and sampler
-//! ([`sampler`]).
+//! ([`sampler`]), and the text of a completion with stop strings ([`completion`]).
 //!
 //! Architecture invariant: models are graphs built with `rlx-ir` builders and run through
 //! `rlx-runtime`; nothing here calls a kernel or knows a backend.
 
 pub mod chat;
+pub mod completion;
 pub mod llama;
 pub mod sampler;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
-pub use llama::{GenerateStats, Llama, LlamaConfig, LlamaOptions};
+pub use completion::{Completion, FinishReason, StopStrings};
+pub use llama::{GenerateStats, Generation, Llama, LlamaConfig, LlamaOptions};
 pub use sampler::{Sampler, SamplerConfig};
 pub use tokenizer::{TextStream, TokenId, Tokenizer};
 

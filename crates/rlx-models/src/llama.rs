@@ -566,38 +566,97 @@ impl Llama {
         stop_at_eos: bool,
         mut on_token: impl FnMut(&Tokenizer, TokenId) -> bool,
     ) -> Result<(Vec<TokenId>, GenerateStats)> {
-        let mut stats = GenerateStats { prompt_tokens: prompt.len(), ..Default::default() };
-        let mut history = prompt.to_vec();
-        let mut out = Vec::new();
+        let mut generation = self.begin(prompt, max_new, stop_at_eos)?;
+        while let Some(next) = self.next_token(&mut generation, sampler)? {
+            if !on_token(&self.tokenizer, next) {
+                break;
+            }
+        }
+        let stats = generation.stats.clone();
+        Ok((generation.tokens, stats))
+    }
+
+    /// Starts a generation: compiles what `prompt` needs and prefills it after what the
+    /// cache holds. [`Llama::next_token`] then yields the tokens one at a time (the
+    /// stepping form of [`Llama::generate`], for callers that cannot hand over a callback:
+    /// a Python iterator, a server interleaving requests).
+    pub fn begin(&mut self, prompt: &[TokenId], max_new: usize, stop_at_eos: bool) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(Error::input("generate needs at least one prompt token"));
         }
-        if max_new == 0 {
-            return Ok((out, stats));
+        let mut g = Generation {
+            history: prompt.to_vec(),
+            tokens: Vec::new(),
+            max_new,
+            stop_at_eos,
+            logits: Vec::new(),
+            pending: None,
+            done: max_new == 0,
+            stats: GenerateStats { prompt_tokens: prompt.len(), ..Default::default() },
+        };
+        if g.done {
+            return Ok(g);
         }
         // Both graphs compile before the clocks start.
         let compile_start = self.compile_seconds;
         self.prepare(prompt.len())?;
+        g.stats.compile_seconds = self.compile_seconds - compile_start;
         let start = Instant::now();
-        let mut logits = self.prefill(prompt)?;
-        stats.prompt_seconds = start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        loop {
-            let next = sampler.sample(&logits, &history)?;
-            out.push(next);
-            history.push(next);
-            let eos = stop_at_eos && Some(next) == self.tokenizer.eos;
-            // A full cache ends generation like the token limit does.
-            let full = self.pos >= self.context;
-            if !on_token(&self.tokenizer, next) || eos || out.len() == max_new || full {
-                break;
-            }
-            logits = self.decode(next)?;
+        g.logits = self.prefill(prompt)?;
+        g.stats.prompt_seconds = start.elapsed().as_secs_f64();
+        Ok(g)
+    }
+
+    /// The next token of `g` (`None` once it has ended: end of sequence when asked for,
+    /// `max_new` tokens, or a full cache). The token returned is decoded into the cache
+    /// only when the next one is asked for, so a caller that stops early never pays for
+    /// a step it does not use.
+    pub fn next_token(&mut self, g: &mut Generation, sampler: &mut crate::sampler::Sampler) -> Result<Option<TokenId>> {
+        if g.done {
+            return Ok(None);
         }
-        stats.generated_tokens = out.len();
-        stats.generate_seconds = start.elapsed().as_secs_f64();
-        stats.compile_seconds = self.compile_seconds - compile_start;
-        Ok((out, stats))
+        let start = Instant::now();
+        if let Some(previous) = g.pending.take() {
+            g.logits = self.decode(previous)?;
+        }
+        let next = sampler.sample(&g.logits, &g.history)?;
+        g.tokens.push(next);
+        g.history.push(next);
+        let eos = g.stop_at_eos && Some(next) == self.tokenizer.eos;
+        // A full cache ends generation like the token limit does.
+        let full = self.pos >= self.context;
+        g.done = eos || g.tokens.len() == g.max_new || full;
+        if !g.done {
+            g.pending = Some(next);
+        }
+        g.stats.generated_tokens = g.tokens.len();
+        g.stats.generate_seconds += start.elapsed().as_secs_f64();
+        Ok(Some(next))
+    }
+}
+
+/// A generation in progress ([`Llama::begin`], [`Llama::next_token`]).
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// Prompt and tokens so far (the sampler's repetition window reads it).
+    history: Vec<TokenId>,
+    /// The tokens generated so far.
+    pub tokens: Vec<TokenId>,
+    max_new: usize,
+    stop_at_eos: bool,
+    /// Logits that follow the last token in the cache.
+    logits: Vec<f32>,
+    /// The last token returned, not yet in the cache.
+    pending: Option<TokenId>,
+    done: bool,
+    /// Timings so far (generation time counts only the calls into the model).
+    pub stats: GenerateStats,
+}
+
+impl Generation {
+    /// Whether no token will follow.
+    pub fn is_done(&self) -> bool {
+        self.done
     }
 }
 

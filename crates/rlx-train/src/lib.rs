@@ -14,4 +14,4 @@ pub mod trainer;
 pub use data::{Digits, Rng};
 pub use models::{Network, TransformerConfig, accuracy, char_transformer, cnn, mlp};
 pub use run::{Epoch, RunConfig, train_digits};
-pub use trainer::Trainer;
+pub use trainer::{GraphTrainer, Trainer};

@@ -11,20 +11,116 @@
 use crate::models::Network;
 use rlx_autodiff::grad_with_loss;
 use rlx_compile::passes::params_stored_as;
-use rlx_ir::{DType, Graph, HostTensor, Result};
+use rlx_ir::shape::fmt_type;
+use rlx_ir::{DType, Error, Graph, HostTensor, Result};
 use rlx_optim::{Optimizer, Rule, Schedule};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, Session};
 
-pub struct Trainer {
-    pub network: Network,
+/// Trains the params of any graph whose first output is a scalar loss: the gradient
+/// graph (`grad_with_loss` with respect to every param) compiled once, f32 master copies
+/// of the params on the host, and an optimizer updating them. [`Trainer`] is this plus a
+/// network, its batch size and an evaluation graph; the Python `rlx.Trainer` is this.
+pub struct GraphTrainer {
     step: CompiledGraph,
-    eval: Option<(usize, CompiledGraph)>,
+    names: Vec<String>,
+    /// The f32 master copy of each param, in [`GraphTrainer::names`] order.
     pub params: Vec<Vec<f32>>,
     pub optimizer: Optimizer,
+    seed: HostTensor,
+}
+
+impl GraphTrainer {
+    /// `params` gives every param of `loss` its initial values (f32, row-major); the
+    /// optimizer follows `rule` and `schedule`.
+    pub fn new(
+        session: &Session,
+        loss: &Graph,
+        params: Vec<(String, Vec<f32>)>,
+        rule: Rule,
+        schedule: Schedule,
+        options: &CompileOptions,
+    ) -> Result<GraphTrainer> {
+        schedule.check()?;
+        let declared = loss.params();
+        for &p in &declared {
+            let name = loss.node(p).and_then(|n| n.leaf_name()).unwrap_or_default();
+            let want: usize = loss.dims(p).iter().product();
+            match params.iter().find(|(n, _)| n == name) {
+                None => return Err(Error::input(format!("param '{name}' of '{}' has no initial value", loss.name()))),
+                Some((_, v)) if v.len() != want => {
+                    return Err(Error::input(format!(
+                        "param '{name}' is {}, its initial value has {} values",
+                        fmt_type(loss.dtype(p), loss.dims(p)),
+                        v.len()
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some((extra, _)) = params
+            .iter()
+            .find(|(n, _)| !declared.iter().any(|&p| loss.node(p).and_then(|n| n.leaf_name()) == Some(n.as_str())))
+        {
+            return Err(Error::input(format!("'{}' has no param '{extra}'", loss.name())));
+        }
+        let names: Vec<String> = params.iter().map(|(n, _)| n.clone()).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let grad = grad_with_loss(loss, &refs)?;
+        let step = session.compile_with(&with_half_params(&grad, options)?, options)?;
+        let params: Vec<Vec<f32>> = params.into_iter().map(|(_, v)| v).collect();
+        let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
+        Ok(GraphTrainer {
+            optimizer: Optimizer::new(rule, schedule, &sizes),
+            step,
+            names,
+            params,
+            seed: HostTensor::from_f32_as(DType::F32, &[], &[1.0])?,
+        })
+    }
+
+    /// The params' names, in the order of [`GraphTrainer::params`].
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Bytes the training step's params occupy on the device.
+    pub fn param_bytes(&self) -> usize {
+        self.step.param_bytes()
+    }
+
+    /// Sets the params of `c` (a graph declaring the same params) from the masters.
+    pub fn load_params(&self, c: &mut CompiledGraph) -> Result<()> {
+        set_params(&self.names, &self.params, c)
+    }
+
+    /// One update on a batch (the loss graph's inputs by name); returns the batch loss
+    /// (before the update).
+    pub fn step(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<f32> {
+        set_params(&self.names, &self.params, &mut self.step)?;
+        let mut all = inputs.to_vec();
+        all.push(("d_output", &self.seed));
+        let mut out = self.step.run_typed(&all)?;
+        let loss = out[0].to_f32_vec()[0];
+        let mut grads: Vec<Vec<f32>> = out.drain(1..).map(|t| t.to_f32_vec()).collect();
+        self.optimizer.step(&mut self.params, &mut grads)?;
+        Ok(loss)
+    }
+}
+
+fn set_params(names: &[String], params: &[Vec<f32>], c: &mut CompiledGraph) -> Result<()> {
+    for (name, values) in names.iter().zip(params) {
+        c.set_param(name, values)?;
+    }
+    Ok(())
+}
+
+pub struct Trainer {
+    pub network: Network,
+    pub core: GraphTrainer,
+    eval: Option<(usize, CompiledGraph)>,
     pub batch: usize,
     session: Session,
     options: CompileOptions,
-    seed: HostTensor,
 }
 
 impl Trainer {
@@ -54,46 +150,20 @@ impl Trainer {
         if batch == 0 {
             return Err(rlx_ir::Error::input("the batch size must be at least 1"));
         }
-        schedule.check()?;
         let session = Session::new(device)?;
-        let names: Vec<&str> = network.params.iter().map(|p| p.name.as_str()).collect();
-        let grad = grad_with_loss(&network.graph(batch)?, &names)?;
-        let step = session.compile_with(&with_half_params(&grad, options)?, options)?;
-        let params = network.init(seed);
-        let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
-        Ok(Trainer {
-            optimizer: Optimizer::new(rule, schedule, &sizes),
-            network,
-            step,
-            eval: None,
-            params,
-            batch,
-            session,
-            options: options.clone(),
-            seed: HostTensor::from_f32_as(DType::F32, &[], &[1.0])?,
-        })
-    }
-
-    fn load_params(c: &mut CompiledGraph, network: &Network, params: &[Vec<f32>]) -> Result<()> {
-        for (spec, values) in network.params.iter().zip(params) {
-            c.set_param(&spec.name, values)?;
-        }
-        Ok(())
+        let init = network.params.iter().map(|p| p.name.clone()).zip(network.init(seed)).collect();
+        let core = GraphTrainer::new(&session, &network.graph(batch)?, init, rule, schedule, options)?;
+        Ok(Trainer { network, core, eval: None, batch, session, options: options.clone() })
     }
 
     /// Bytes the training step's params occupy on the device.
     pub fn param_bytes(&self) -> usize {
-        self.step.param_bytes()
+        self.core.param_bytes()
     }
 
     /// One update on a batch; returns the batch loss (before the update).
     pub fn step(&mut self, x: &HostTensor, y: &HostTensor) -> Result<f32> {
-        Self::load_params(&mut self.step, &self.network, &self.params)?;
-        let mut out = self.step.run_typed(&[("x", x), ("y", y), ("d_output", &self.seed)])?;
-        let loss = out[0].to_f32_vec()[0];
-        let mut grads: Vec<Vec<f32>> = out.drain(1..).map(|t| t.to_f32_vec()).collect();
-        self.optimizer.step(&mut self.params, &mut grads)?;
-        Ok(loss)
+        self.core.step(&[("x", x), ("y", y)])
     }
 
     /// Loss and logits on a batch of any size (its graph compiles on first use).
@@ -105,7 +175,7 @@ impl Trainer {
             self.eval = Some((n, c));
         }
         let (_, c) = self.eval.as_mut().expect("compiled above");
-        Self::load_params(c, &self.network, &self.params)?;
+        self.core.load_params(c)?;
         let out = c.run_typed(&[("x", x), ("y", y)])?;
         Ok((out[0].to_f32_vec()[0], out[1].to_f32_vec()))
     }

@@ -1,0 +1,183 @@
+//! `rlx.Compiled`: a graph planned for a device; `run` takes and returns NumPy arrays.
+
+use crate::array::{dtype_arg, tensor_from_py, tensor_to_py};
+use crate::graph::convert;
+use crate::{detached, guarded};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use rlx::prelude::*;
+use rlx::runtime::Boundary;
+use std::sync::Mutex;
+
+/// A compiled graph: params set once, then `run` many times. Runs of one `Compiled`
+/// from several threads take turns; the GIL is released while it runs.
+#[pyclass(module = "rlx", name = "Compiled")]
+pub struct PyCompiled {
+    compiled: Mutex<CompiledGraph>,
+    inputs: Vec<Boundary>,
+    params: Vec<Boundary>,
+    outputs: usize,
+}
+
+impl PyCompiled {
+    pub fn new(compiled: CompiledGraph) -> PyCompiled {
+        PyCompiled {
+            inputs: compiled.inputs().to_vec(),
+            params: compiled.params().to_vec(),
+            outputs: compiled.outputs().len(),
+            compiled: Mutex::new(compiled),
+        }
+    }
+}
+
+fn lock(m: &Mutex<CompiledGraph>) -> std::sync::MutexGuard<'_, CompiledGraph> {
+    // A panic while locked is caught and reported where it happened; the graph's state
+    // is still a graph's state.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// (name, dtype, shape) of each boundary tensor.
+fn describe(b: &[Boundary]) -> Vec<(String, &'static str, Vec<usize>)> {
+    b.iter().map(|b| (b.name.clone(), b.dtype.name(), b.dims.clone())).collect()
+}
+
+/// A Python value as the tensor for `b` (non-arrays are made in its dtype).
+fn boundary_tensor(b: Option<&Boundary>, value: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
+    tensor_from_py(value, b.map(|b| b.dtype))
+}
+
+#[pymethods]
+impl PyCompiled {
+    /// Sets param `name` from an array, converted to the param's dtype (floats round to
+    /// nearest even; integers must fit).
+    fn set_param(&self, py: Python<'_>, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        let declared = self.params.iter().find(|p| p.name == name);
+        let mut t = boundary_tensor(declared, array)?;
+        if let Some(p) = declared.filter(|p| p.dtype != t.dtype()) {
+            t = guarded(|| convert(&t, p.dtype).map_err(|e| e.context(format!("param '{name}'"))))?;
+        }
+        let compiled = &self.compiled;
+        detached(py, || lock(compiled).set_param_typed(name, &t))
+    }
+
+    /// Runs once: `inputs` maps each input's name to an array (or pass them as keywords).
+    /// Returns one array per graph output, in its declared dtype. A float array of another
+    /// format is converted by value; an integer or bool input takes its own dtype only.
+    #[pyo3(signature = (inputs = None, **kwargs))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Option<&Bound<'py, PyAny>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let mut named: Vec<(String, HostTensor)> = Vec::with_capacity(self.inputs.len());
+        let mut add = |k: Bound<'py, PyAny>, v: Bound<'py, PyAny>| -> PyResult<()> {
+            let name = k
+                .cast::<PyString>()
+                .map_err(|_| PyTypeError::new_err("input names must be strings"))?
+                .to_cow()?
+                .into_owned();
+            let t = boundary_tensor(self.inputs.iter().find(|b| b.name == name), &v)?;
+            named.push((name, t));
+            Ok(())
+        };
+        if let Some(inputs) = inputs.filter(|i| !i.is_none()) {
+            let dict = inputs
+                .cast::<PyDict>()
+                .map_err(|_| PyTypeError::new_err("run(inputs): a dict of input name -> array"))?;
+            for (k, v) in dict.iter() {
+                add(k, v)?;
+            }
+        }
+        if let Some(kwargs) = kwargs {
+            for (k, v) in kwargs.iter() {
+                add(k, v)?;
+            }
+        }
+        let compiled = &self.compiled;
+        let outputs = detached(py, || {
+            let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            lock(compiled).run_typed(&refs)
+        })?;
+        let arrays = outputs.into_iter().map(|t| tensor_to_py(py, t)).collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, arrays)
+    }
+
+    /// Input names, in declaration order.
+    #[getter]
+    fn input_names(&self) -> Vec<String> {
+        self.inputs.iter().map(|b| b.name.clone()).collect()
+    }
+
+    /// Param names, in declaration order.
+    #[getter]
+    fn param_names(&self) -> Vec<String> {
+        self.params.iter().map(|b| b.name.clone()).collect()
+    }
+
+    #[getter]
+    fn output_count(&self) -> usize {
+        self.outputs
+    }
+
+    /// (name, dtype, shape) of each input.
+    #[getter]
+    fn inputs(&self) -> Vec<(String, &'static str, Vec<usize>)> {
+        describe(&self.inputs)
+    }
+
+    /// (name, dtype, shape) of each param.
+    #[getter]
+    fn params(&self) -> Vec<(String, &'static str, Vec<usize>)> {
+        describe(&self.params)
+    }
+
+    /// (dtype, shape) of each output.
+    #[getter]
+    fn outputs(&self) -> Vec<(&'static str, Vec<usize>)> {
+        lock(&self.compiled).outputs().iter().map(|(d, dims)| (d.name(), dims.clone())).collect()
+    }
+
+    /// Bytes of the arena holding the graph's intermediate tensors.
+    #[getter]
+    fn arena_bytes(&self) -> usize {
+        lock(&self.compiled).arena_bytes()
+    }
+
+    /// "cpu" or "gpu".
+    #[getter]
+    fn device(&self) -> &'static str {
+        lock(&self.compiled).device().name()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "rlx.Compiled(device={}, inputs={:?}, params={:?}, outputs={})",
+            self.device(),
+            self.input_names(),
+            self.param_names(),
+            self.outputs
+        )
+    }
+}
+
+/// Whether `device` ("cpu", "gpu") works here (answered by running a probe, cached).
+#[pyfunction]
+#[pyo3(name = "is_available")]
+fn py_is_available(device: &str) -> PyResult<bool> {
+    guarded(|| Device::from_name(device)).map(rlx::prelude::is_available)
+}
+
+/// A dtype argument resolved to its short name ("f32", "bf16", ...).
+#[pyfunction]
+fn dtype_name(dtype: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+    dtype_arg(dtype).map(DType::name)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCompiled>()?;
+    m.add_function(wrap_pyfunction!(py_is_available, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_name, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! `rlx.onnx.load` and `rlx.OnnxModel`: ONNX files through rlx-onnx (import once per
+//! distinct input shape, cached).
+
+use crate::array::{tensor_from_py, tensor_to_py};
+use crate::detached;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use rlx::prelude::*;
+use std::sync::Mutex;
+
+/// (name, dtype, dims) of a tensor; `None` for what the model leaves symbolic.
+type Described = (String, Option<&'static str>, Vec<Option<usize>>);
+
+/// An ONNX model: `run` binds symbolic dims from the inputs' shapes and compiles once per
+/// distinct shape (cached).
+#[pyclass(module = "rlx", name = "OnnxModel")]
+struct PyOnnxModel {
+    model: Mutex<OnnxModel>,
+    inputs: Vec<TensorInfo>,
+    outputs: Vec<TensorInfo>,
+}
+
+fn info(t: &[TensorInfo]) -> Vec<Described> {
+    t.iter().map(|t| (t.name.clone(), t.dtype.map(DType::name), t.dims.clone())).collect()
+}
+
+#[pymethods]
+impl PyOnnxModel {
+    /// Graph inputs that have no initializer, in order.
+    #[getter]
+    fn input_names(&self) -> Vec<String> {
+        self.inputs.iter().map(|t| t.name.clone()).collect()
+    }
+
+    #[getter]
+    fn output_names(&self) -> Vec<String> {
+        self.outputs.iter().map(|t| t.name.clone()).collect()
+    }
+
+    /// (name, dtype, dims) of each input; a symbolic dim is None.
+    #[getter]
+    fn inputs(&self) -> Vec<Described> {
+        info(&self.inputs)
+    }
+
+    /// (name, dtype, dims) of each output; a symbolic dim is None.
+    #[getter]
+    fn outputs(&self) -> Vec<Described> {
+        info(&self.outputs)
+    }
+
+    /// Runs on `inputs` (name -> array); returns the outputs in graph output order.
+    fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let dict =
+            inputs.cast::<PyDict>().map_err(|_| PyTypeError::new_err("run(inputs): a dict of input name -> array"))?;
+        let mut named = Vec::with_capacity(dict.len());
+        for (k, v) in dict.iter() {
+            let name =
+                k.cast::<PyString>().map_err(|_| PyTypeError::new_err("input names must be strings"))?.to_string();
+            let like = self.inputs.iter().find(|t| t.name == name).and_then(|t| t.dtype);
+            named.push((name, tensor_from_py(&v, like)?));
+        }
+        let model = &self.model;
+        let outputs = detached(py, || {
+            let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            model.lock().unwrap_or_else(|p| p.into_inner()).run(&refs)
+        })?;
+        PyList::new(py, outputs.into_iter().map(|t| tensor_to_py(py, t)).collect::<PyResult<Vec<_>>>()?)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("rlx.OnnxModel(inputs={:?}, outputs={:?})", self.input_names(), self.output_names())
+    }
+}
+
+/// Loads an ONNX file (external data files beside it are mapped too) for `device`
+/// ("cpu" or "gpu"); `threads` defaults to RLX_THREADS or every core.
+#[pyfunction]
+#[pyo3(signature = (path, device = "cpu", threads = None))]
+fn onnx_load(py: Python<'_>, path: std::path::PathBuf, device: &str, threads: Option<usize>) -> PyResult<PyOnnxModel> {
+    let model = detached(py, || {
+        let mut m = OnnxModel::load(&path)?;
+        m.set_device(Device::from_name(device)?)?;
+        match threads {
+            Some(0) => return Err(rlx::Error::input("threads must be at least 1")),
+            Some(n) => m.set_threads(n),
+            None => {}
+        }
+        Ok(m)
+    })?;
+    Ok(PyOnnxModel { inputs: model.inputs().to_vec(), outputs: model.outputs().to_vec(), model: Mutex::new(model) })
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyOnnxModel>()?;
+    m.add_function(wrap_pyfunction!(onnx_load, m)?)?;
+    Ok(())
+}
