@@ -3,7 +3,8 @@
 # tests on the real SmolLM2 GGUF, the ONNX node suite and real ONNX models, fetched once
 # into ~/.cache/rlx), the ISA portability
 # gate, the CPU suite on an emulated pre-AVX Atom, and the GPU backend on Mesa's software
-# Vulkan driver (the op tests' oracles and the corpus parity).
+# Vulkan driver (the op tests' oracles and the corpus parity), and the Python package
+# (built with pip into a virtualenv, tested with pytest).
 # README.md's test command and CI (.ci/run) both run exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,4 +49,5 @@ cargo test --workspace --locked
 RLX_TEST_DEVICE=gpu cargo test -p rlx --test ops --locked
 cargo xtask check-isa
 cargo xtask qemu-test
+./tools/test_python.sh
 echo "tools/test.sh: all green in $(( $(date +%s) - start )) s"

@@ -55,7 +55,7 @@ impl PyGguf {
         self.gguf.tensors.iter().map(|t| t.name.clone()).collect()
     }
 
-    /// {name: (format, shape)} of every tensor (shape row-major, as `tensor` returns it).
+    /// (name, format, shape) of every tensor (shape row-major, as `tensor` returns it).
     #[getter]
     fn tensor_info(&self) -> Vec<(String, &'static str, Vec<usize>)> {
         self.gguf.tensors.iter().map(|t| (t.name.clone(), t.scheme.name(), t.shape())).collect()
