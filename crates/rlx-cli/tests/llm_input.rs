@@ -166,3 +166,23 @@ fn inspect_escapes_key_and_tensor_bytes() {
     assert!(!out.contains('\r') && !out.contains('\u{8}') && !out.contains('\u{1b}'), "{out:?}");
     assert!(out.contains(r"evil\r\u{8}key") && out.contains(r"t\u{1b}[2J"), "{out}");
 }
+
+#[test]
+fn request_options_that_cannot_apply_are_errors() {
+    let dir = scratch("request");
+    let model = dir.join("tiny.gguf");
+    std::fs::write(&model, tiny(LAYERS as u32)).unwrap();
+    let model = model.to_str().unwrap();
+    // A system message without --chat used to be dropped silently.
+    let o = rlx(&["generate", "--model", model, "-p", "hi", "--system", "be brief", "-n", "1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("a system message needs chat mode"), "{}", stderr(&o));
+    let o = rlx(&["generate", "--model", model, "-p", "hi", "--stop", "x", "--stop", "", "-n", "1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("stop string 1 is empty"), "{}", stderr(&o));
+    // A stop string that never appears changes nothing.
+    let plain = rlx(&["generate", "--model", model, "-p", "hi", "-n", "6", "--threads", "1"]);
+    let stopped = rlx(&["generate", "--model", model, "-p", "hi", "-n", "6", "--threads", "1", "--stop", "\u{1F980}"]);
+    assert!(plain.status.success() && stopped.status.success(), "{}", stderr(&stopped));
+    assert_eq!(plain.stdout, stopped.stdout);
+}
