@@ -26,4 +26,4 @@ pub use ops::{
     AttentionMask, BinaryOp, CompareOp, Conv2dParams, F32Attr, MaskKind, Op, PoolParams, ReduceOp, RopeStyle, Unary,
 };
 pub use quant::QuantScheme;
-pub use tensor::{HostTensor, encode_f64, encode_le, i64_to_float_bits};
+pub use tensor::{HostTensor, TensorRef, encode_f64, encode_le, i64_to_float_bits};

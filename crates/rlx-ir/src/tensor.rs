@@ -1,4 +1,6 @@
-//! [`HostTensor`]: an owned, row-major, little-endian tensor on the host.
+//! [`HostTensor`]: an owned, row-major, little-endian tensor on the host, and
+//! [`TensorRef`]: the same borrowed (a caller's buffer: a NumPy array, a mapped file),
+//! which the runtime reads inputs from without copying them first.
 
 use crate::dtype::{f64_to_bf16, f64_to_f16, i64_to_f64_round_to_odd};
 use crate::shape::{checked_byte_len, fmt_dims, numel};
@@ -32,19 +34,7 @@ impl HostTensor {
     /// Takes `bytes` as the little-endian encoding of `dims` elements of `dtype`.
     /// A bool byte must be 0 or 1.
     pub fn from_bytes(dtype: DType, dims: &[usize], bytes: Vec<u8>) -> Result<HostTensor> {
-        let want = checked_byte_len("from_bytes", dtype, dims)?;
-        if bytes.len() != want {
-            return Err(Error::input(format!(
-                "from_bytes: {dtype}{} needs {want} bytes, got {}",
-                fmt_dims(dims),
-                bytes.len()
-            )));
-        }
-        if dtype == DType::Bool
-            && let Some(i) = bytes.iter().position(|&b| b > 1)
-        {
-            return Err(Error::input(format!("from_bytes: bool byte {} at offset {i} is not 0 or 1", bytes[i])));
-        }
+        TensorRef::new(dtype, dims, &bytes)?;
         Ok(HostTensor::raw(dtype, dims, bytes))
     }
 
@@ -112,6 +102,71 @@ impl HostTensor {
         self.len() == 0
     }
 
+    /// This tensor borrowed.
+    pub fn view(&self) -> TensorRef<'_> {
+        TensorRef { dtype: self.dtype, dims: &self.dims, bytes: &self.bytes }
+    }
+
+    /// Every dtype converted to f32 (integers and bools by value, f64 rounded to nearest).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        self.view().to_f32_vec()
+    }
+
+    /// Every dtype converted to f64 (exact for all but i64 beyond 2^53, which rounds).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        self.view().to_f64_vec()
+    }
+
+    /// Integer and bool tensors as i64 (exact); floats truncate toward zero, saturating.
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        self.view().to_i64_vec()
+    }
+}
+
+/// A borrowed host tensor: row-major, little-endian bytes of `dtype`, checked like
+/// [`HostTensor::from_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorRef<'a> {
+    dtype: DType,
+    dims: &'a [usize],
+    bytes: &'a [u8],
+}
+
+impl<'a> TensorRef<'a> {
+    /// `bytes` as `dims` elements of `dtype`: the length must match, a bool byte must be
+    /// 0 or 1.
+    pub fn new(dtype: DType, dims: &'a [usize], bytes: &'a [u8]) -> Result<TensorRef<'a>> {
+        let want = checked_byte_len("from_bytes", dtype, dims)?;
+        if bytes.len() != want {
+            return Err(Error::input(format!(
+                "from_bytes: {dtype}{} needs {want} bytes, got {}",
+                fmt_dims(dims),
+                bytes.len()
+            )));
+        }
+        if dtype == DType::Bool
+            && let Some(i) = bytes.iter().position(|&b| b > 1)
+        {
+            return Err(Error::input(format!("from_bytes: bool byte {} at offset {i} is not 0 or 1", bytes[i])));
+        }
+        Ok(TensorRef { dtype, dims, bytes })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn dims(&self) -> &'a [usize] {
+        self.dims
+    }
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// An owned copy.
+    pub fn to_host(&self) -> HostTensor {
+        HostTensor::raw(self.dtype, self.dims, self.bytes.to_vec())
+    }
+
     /// Every dtype converted to f32 (integers and bools by value, f64 rounded to nearest).
     pub fn to_f32_vec(&self) -> Vec<f32> {
         match self.dtype {
@@ -146,7 +201,7 @@ impl HostTensor {
         }
     }
 
-    fn chunks<const N: usize>(&self) -> impl Iterator<Item = [u8; N]> + '_ {
+    fn chunks<const N: usize>(&self) -> impl Iterator<Item = [u8; N]> + 'a {
         self.bytes.chunks_exact(N).map(|c| {
             let mut a = [0u8; N];
             a.copy_from_slice(c);

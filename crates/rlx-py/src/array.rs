@@ -1,8 +1,8 @@
 //! dtypes and NumPy arrays at the boundary.
 //!
 //! In: any C-contiguous, native-endian array of an RLX dtype is read straight from its
-//! buffer (other layouts go through `np.ascontiguousarray` first); bf16 arrays come as
-//! `ml_dtypes.bfloat16`. Out: each result's bytes become the array's buffer without a
+//! buffer by the run (no copy first; other layouts go through `np.ascontiguousarray`);
+//! bf16 arrays come as `ml_dtypes.bfloat16`. Out: each result's bytes become the array's buffer without a
 //! copy (the array owns them through a small base object); bf16 results are
 //! `ml_dtypes.bfloat16` arrays when ml_dtypes is installed, else exact f32.
 
@@ -12,6 +12,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
+use rlx::ir::TensorRef;
 use rlx::prelude::{DType, HostTensor};
 
 /// An RLX element type (`rlx.float32`, `rlx.bfloat16`, ...).
@@ -139,11 +140,35 @@ pub fn numpy_descr(py: Python<'_>, d: DType) -> Option<Bound<'_, PyArrayDescr>> 
     })
 }
 
+/// An input as RLX reads it: a C-contiguous, native-endian NumPy array of an RLX dtype,
+/// whose buffer is read in place.
+pub struct Tensor<'py> {
+    array: Bound<'py, PyUntypedArray>,
+    dtype: DType,
+    dims: Vec<usize>,
+}
+
+impl Tensor<'_> {
+    /// The array's bytes, borrowed; a bool array holding bytes other than 0 / 1 is an
+    /// error.
+    pub fn view(&self) -> PyResult<TensorRef<'_>> {
+        let len = self.dims.iter().product::<usize>() * self.dtype.size_bytes();
+        // SAFETY: a C-contiguous array of `len` bytes (shape x itemsize); `self.array`
+        // holds a reference, so NumPy cannot free or resize the buffer (resize checks
+        // references) while the view lives.
+        let bytes = unsafe {
+            let data = (*self.array.as_array_ptr()).fields.data as *const u8;
+            if len == 0 { &[][..] } else { std::slice::from_raw_parts(data, len) }
+        };
+        TensorRef::new(self.dtype, &self.dims, bytes).map_err(crate::to_py)
+    }
+}
+
 /// A tensor from a NumPy array (or anything `numpy.asarray` takes: numbers, nested
-/// lists). `like`, when given, is the dtype a non-array is made as (a list of ints for
-/// an i32 input); an array keeps its own dtype and the runtime converts float formats
-/// by value and refuses other mismatches.
-pub fn tensor_from_py(obj: &Bound<'_, PyAny>, like: Option<DType>) -> PyResult<HostTensor> {
+/// lists), borrowed when the layout allows (else converted to a contiguous copy). `like`, when given, is the dtype a
+/// non-array is made as (a list of ints for an i32 input); an array keeps its own dtype
+/// and the runtime converts float formats by value and refuses other mismatches.
+pub fn array_from_py<'py>(obj: &Bound<'py, PyAny>, like: Option<DType>) -> PyResult<Tensor<'py>> {
     let py = obj.py();
     let array = match obj.cast::<PyUntypedArray>() {
         Ok(a) => a.clone(),
@@ -164,14 +189,12 @@ pub fn tensor_from_py(obj: &Bound<'_, PyAny>, like: Option<DType>) -> PyResult<H
         py.import("numpy")?.call_method1("ascontiguousarray", (&array, native))?.cast_into::<PyUntypedArray>()?
     };
     let dims = array.shape().to_vec();
-    let len = dims.iter().product::<usize>() * dtype.size_bytes();
-    // SAFETY: a C-contiguous array of `len` bytes (shape x itemsize), alive while
-    // `array` is, and read under the GIL.
-    let bytes = unsafe {
-        let data = (*array.as_array_ptr()).fields.data as *const u8;
-        if len == 0 { Vec::new() } else { std::slice::from_raw_parts(data, len).to_vec() }
-    };
-    HostTensor::from_bytes(dtype, &dims, bytes).map_err(crate::to_py)
+    Ok(Tensor { array, dtype, dims })
+}
+
+/// [`array_from_py`] as an owned tensor.
+pub fn tensor_from_py(obj: &Bound<'_, PyAny>, like: Option<DType>) -> PyResult<HostTensor> {
+    Ok(array_from_py(obj, like)?.view()?.to_host())
 }
 
 /// Owns the bytes of an array made by [`tensor_to_py`] (its NumPy base object).

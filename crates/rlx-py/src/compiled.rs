@@ -1,11 +1,12 @@
 //! `rlx.Compiled`: a graph planned for a device; `run` takes and returns NumPy arrays.
 
-use crate::array::{dtype_arg, tensor_from_py, tensor_to_py};
+use crate::array::{Tensor, array_from_py, dtype_arg, tensor_from_py, tensor_to_py};
 use crate::graph::convert;
 use crate::{detached, guarded};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
+use rlx::ir::TensorRef;
 use rlx::prelude::*;
 use rlx::runtime::Boundary;
 use std::sync::Mutex;
@@ -42,18 +43,13 @@ fn describe(b: &[Boundary]) -> Vec<(String, &'static str, Vec<usize>)> {
     b.iter().map(|b| (b.name.clone(), b.dtype.name(), b.dims.clone())).collect()
 }
 
-/// A Python value as the tensor for `b` (non-arrays are made in its dtype).
-fn boundary_tensor(b: Option<&Boundary>, value: &Bound<'_, PyAny>) -> PyResult<HostTensor> {
-    tensor_from_py(value, b.map(|b| b.dtype))
-}
-
 #[pymethods]
 impl PyCompiled {
     /// Sets param `name` from an array, converted to the param's dtype (floats round to
     /// nearest even; integers must fit).
     fn set_param(&self, py: Python<'_>, name: &str, array: &Bound<'_, PyAny>) -> PyResult<()> {
         let declared = self.params.iter().find(|p| p.name == name);
-        let mut t = boundary_tensor(declared, array)?;
+        let mut t = tensor_from_py(array, declared.map(|p| p.dtype))?;
         if let Some(p) = declared.filter(|p| p.dtype != t.dtype()) {
             t = guarded(|| convert(&t, p.dtype).map_err(|e| e.context(format!("param '{name}'"))))?;
         }
@@ -62,8 +58,10 @@ impl PyCompiled {
     }
 
     /// Runs once: `inputs` maps each input's name to an array (or pass them as keywords).
-    /// Returns one array per graph output, in its declared dtype. A float array of another
-    /// format is converted by value; an integer or bool input takes its own dtype only.
+    /// Returns one array per graph output, in its declared dtype. An array of the input's
+    /// dtype in C order is read in place (no copy; do not write to it from another thread
+    /// during the run); a float array of another format is converted by value; an
+    /// integer or bool input takes its own dtype only.
     #[pyo3(signature = (inputs = None, **kwargs))]
     fn run<'py>(
         &self,
@@ -71,15 +69,15 @@ impl PyCompiled {
         inputs: Option<&Bound<'py, PyAny>>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let mut named: Vec<(String, HostTensor)> = Vec::with_capacity(self.inputs.len());
+        let mut named: Vec<(String, Tensor<'py>)> = Vec::with_capacity(self.inputs.len());
         let mut add = |k: Bound<'py, PyAny>, v: Bound<'py, PyAny>| -> PyResult<()> {
             let name = k
                 .cast::<PyString>()
                 .map_err(|_| PyTypeError::new_err("input names must be strings"))?
                 .to_cow()?
                 .into_owned();
-            let t = boundary_tensor(self.inputs.iter().find(|b| b.name == name), &v)?;
-            named.push((name, t));
+            let like = self.inputs.iter().find(|b| b.name == name).map(|b| b.dtype);
+            named.push((name, array_from_py(&v, like)?));
             Ok(())
         };
         if let Some(inputs) = inputs.filter(|i| !i.is_none()) {
@@ -95,11 +93,10 @@ impl PyCompiled {
                 add(k, v)?;
             }
         }
+        let views: Vec<(&str, TensorRef)> =
+            named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
         let compiled = &self.compiled;
-        let outputs = detached(py, || {
-            let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            lock(compiled).run_typed(&refs)
-        })?;
+        let outputs = detached(py, || lock(compiled).run_views(&views))?;
         let arrays = outputs.into_iter().map(|t| tensor_to_py(py, t)).collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, arrays)
     }
@@ -116,6 +113,7 @@ impl PyCompiled {
         self.params.iter().map(|b| b.name.clone()).collect()
     }
 
+    /// How many arrays `run` returns.
     #[getter]
     fn output_count(&self) -> usize {
         self.outputs

@@ -38,14 +38,19 @@ fn build(py: Python<'_>, x: &PyValue, f: impl FnOnce(&mut Graph) -> rlx::Result<
 /// The node `other` stands for in `x`'s graph: a value of the same graph, or a Python
 /// number made a scalar constant of `x`'s dtype (a weak type, as in JAX).
 fn operand(py: Python<'_>, x: &PyValue, other: &Bound<'_, PyAny>) -> PyResult<NodeId> {
+    let dtype = x.graph.borrow(py).graph.dtype(x.id);
+    operand_as(py, &x.graph, dtype, other)
+}
+
+/// `other` in `graph`: a value of it, or a Python number as a scalar constant of `dtype`.
+fn operand_as(py: Python<'_>, graph: &Py<PyGraph>, dtype: DType, other: &Bound<'_, PyAny>) -> PyResult<NodeId> {
     if let Ok(v) = other.cast::<PyValue>() {
         let v = v.get();
-        if !v.graph.is(&x.graph) {
+        if !v.graph.is(graph) {
             return Err(to_py(rlx::Error::input("the two values belong to different graphs")));
         }
         return Ok(v.id);
     }
-    let dtype = x.graph.borrow(py).graph.dtype(x.id);
     let scalar = if other.is_instance_of::<PyBool>() || other.is_instance_of::<PyInt>() {
         let v: i64 = other.extract()?;
         if dtype == DType::I64 {
@@ -66,7 +71,7 @@ fn operand(py: Python<'_>, x: &PyValue, other: &Bound<'_, PyAny>) -> PyResult<No
     };
     guarded(|| {
         let t = scalar?;
-        x.graph.borrow_mut(py).graph.constant_tensor(t)
+        graph.borrow_mut(py).graph.constant_tensor(t)
     })
 }
 
@@ -130,6 +135,7 @@ impl PyValue {
         self.graph.borrow(py).graph.dtype(self.id).name()
     }
 
+    /// The rank (number of dims).
     #[getter]
     fn ndim(&self, py: Python<'_>) -> usize {
         self.rank(py)
@@ -335,6 +341,7 @@ impl PyGraph {
         guarded(|| self.graph.set_outputs(&ids))
     }
 
+    /// The graph's name (in error messages and the JSON document).
     #[getter]
     fn name(&self) -> &str {
         self.graph.name()
@@ -352,6 +359,7 @@ impl PyGraph {
         leaf_names(&self.graph, self.graph.params())
     }
 
+    /// How many outputs `set_outputs` declared.
     #[getter]
     fn output_count(&self) -> usize {
         self.graph.outputs().len()
@@ -362,6 +370,8 @@ impl PyGraph {
         guarded(|| self.graph.to_json())
     }
 
+    /// A graph from RLX's JSON document; a malformed document or an unknown format
+    /// version is an `rlx.Error` naming what is wrong.
     #[staticmethod]
     fn from_json(text: &str) -> PyResult<PyGraph> {
         guarded(|| Graph::from_json(text)).map(|graph| PyGraph { graph })
@@ -580,15 +590,19 @@ fn cast(py: Python<'_>, x: &Bound<'_, PyValue>, dtype: &Bound<'_, PyAny>) -> PyR
     x.get().astype(py, dtype)
 }
 
-/// `cond ? a : b` elementwise (cond bool; a and b may be Python numbers).
+/// `cond ? a : b` elementwise (cond bool). A Python number takes the other branch's
+/// dtype; two numbers make f32 (or i64 when both are ints), as NumPy's defaults would.
 #[pyfunction]
 #[pyo3(name = "where")]
 fn where_(py: Python<'_>, cond: &Bound<'_, PyValue>, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> PyResult<PyValue> {
     let c = cond.get();
-    let like = a.cast::<PyValue>().or_else(|_| b.cast::<PyValue>()).map(|v| v.get()).unwrap_or(c);
-    let (ia, ib) = (operand(py, like, a)?, operand(py, like, b)?);
-    let ic = operand(py, like, cond.as_any())?;
-    build(py, c, |g| g.where_(ic, ia, ib))
+    let dtype = match a.cast::<PyValue>().or_else(|_| b.cast::<PyValue>()) {
+        Ok(v) => v.get().graph.borrow(py).graph.dtype(v.get().id),
+        Err(_) if a.is_instance_of::<PyFloat>() || b.is_instance_of::<PyFloat>() => DType::F32,
+        Err(_) => DType::I64,
+    };
+    let (ia, ib) = (operand_as(py, &c.graph, dtype, a)?, operand_as(py, &c.graph, dtype, b)?);
+    build(py, c, |g| g.where_(c.id, ia, ib))
 }
 
 /// Rows of `table` (axis 0) picked by integer `indices`.

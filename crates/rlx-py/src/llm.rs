@@ -303,16 +303,19 @@ impl PyLlama {
         lock(&self.model).llama.context()
     }
 
+    /// Tokens in the vocabulary.
     #[getter]
     fn vocab_size(&self) -> usize {
         lock(&self.model).llama.tokenizer.vocab_size()
     }
 
+    /// The end-of-sequence token id, if the model has one.
     #[getter]
     fn eos_token(&self) -> Option<u32> {
         lock(&self.model).llama.tokenizer.eos
     }
 
+    /// The beginning-of-sequence token id, if the model has one.
     #[getter]
     fn bos_token(&self) -> Option<u32> {
         lock(&self.model).llama.tokenizer.bos

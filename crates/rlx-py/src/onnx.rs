@@ -33,6 +33,7 @@ impl PyOnnxModel {
         self.inputs.iter().map(|t| t.name.clone()).collect()
     }
 
+    /// Graph outputs, in order (what `run` returns).
     #[getter]
     fn output_names(&self) -> Vec<String> {
         self.outputs.iter().map(|t| t.name.clone()).collect()

@@ -176,6 +176,20 @@ def test_conv_and_pools_against_direct_loops():
     close(run1(lambda a: rlx.avg_pool2d(a, 2), x), x[:, :, :4].astype(np.float64).reshape(1, 2, 2, 2, 3, 2).mean((3, 5)))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_against_f64(causal):
+    q = RNG.standard_normal((1, 4, 5, 8)).astype(np.float32)
+    k = RNG.standard_normal((1, 2, 5, 8)).astype(np.float32)  # grouped: 2 K/V heads for 4 queries
+    v = RNG.standard_normal((1, 2, 5, 8)).astype(np.float32)
+    got = run1(lambda a, b, c: rlx.attention(a, b, c, causal=causal), q, k, v)
+    kk, vv = np.repeat(k, 2, axis=1).astype(np.float64), np.repeat(v, 2, axis=1).astype(np.float64)
+    s = q.astype(np.float64) @ kk.transpose(0, 1, 3, 2) / math.sqrt(8)
+    if causal:
+        s = np.where(np.tril(np.ones((5, 5), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    close(got, (p / p.sum(-1, keepdims=True)) @ vv, ulps=64, atol=1e-6)
+
+
 # ---- dtypes ------------------------------------------------------------------------
 
 
@@ -282,6 +296,29 @@ def test_errors_name_what_is_wrong():
     with pytest.raises(rlx.Error):
         rlx.Graph.from_json("{not json")
     assert issubclass(rlx.Error, Exception)
+    # A bool input's bytes are checked (a uint8 buffer viewed as bool can hold 2).
+    h = rlx.Graph()
+    b = h.input("b", rlx.bool_, (3,))
+    h.set_outputs([rlx.where(b, 1.0, 0.0)])
+    with pytest.raises(rlx.Error, match="bool byte 2 at offset 1"):
+        h.compile().run(b=np.array([1, 2, 0], np.uint8).view(np.bool_))
+    (out,) = h.compile().run(b=np.array([True, False, True]))
+    assert out.dtype == np.float32 and out.tolist() == [1.0, 0.0, 1.0]
+
+
+def test_a_device_this_build_lacks_is_an_error():
+    g = rlx.Graph()
+    g.set_outputs([g.input("x", rlx.float32, (1,)) * 2])
+    if rlx.is_available("gpu"):
+        pytest.skip("this build has a working GPU device")
+    with pytest.raises(rlx.Error, match="gpu"):
+        g.compile(device="gpu")
+
+
+def test_help_reads_well():
+    text = rlx.Graph.__doc__ + rlx.Graph.compile.__doc__ + rlx.Compiled.run.__doc__ + rlx.Llama.generate.__doc__
+    assert "typed tensor graph" in text and "precision" in text and "stop" in text
+    assert rlx.relu.__doc__ and rlx.sum.__doc__ and rlx.grad.__doc__
 
 
 def test_json_round_trip_and_precision():

@@ -3,7 +3,7 @@
 use crate::backend::{Backend, Executable, cpu::CpuBackend};
 use crate::{CompileOptions, Device, ParamBuffer};
 use rlx_ir::shape::{fmt_type, numel};
-use rlx_ir::{DType, Error, Graph, HostTensor, Result};
+use rlx_ir::{DType, Error, Graph, HostTensor, Result, TensorRef};
 use std::collections::HashMap;
 
 /// A device to compile for.
@@ -130,7 +130,7 @@ impl CompiledGraph {
     /// by value (round to nearest even), exactly as `run_typed` does for inputs.
     pub fn set_param_typed(&mut self, name: &str, value: &HostTensor) -> Result<()> {
         let i = self.param_slot(name)?;
-        let t = coerce("param", &self.params[i], value)?;
+        let t = coerce("param", &self.params[i], value.view())?;
         self.executable.set_param(i, t.as_ref().unwrap_or(value))?;
         self.param_set[i] = true;
         Ok(())
@@ -170,26 +170,33 @@ impl CompiledGraph {
             .enumerate()
             .map(|(slot, &k)| from_f32_values("input", &self.inputs[slot], inputs[k].1))
             .collect::<Result<_>>()?;
-        let refs: Vec<&HostTensor> = tensors.iter().collect();
-        Ok(self.execute(&refs)?.iter().map(HostTensor::to_f32_vec).collect())
+        let views: Vec<TensorRef> = tensors.iter().map(HostTensor::view).collect();
+        Ok(self.execute(&views)?.iter().map(HostTensor::to_f32_vec).collect())
     }
 
     /// Typed inputs: each input's own dtype passes through byte for byte; another float
     /// dtype is converted by value. Outputs come back in their declared dtypes.
     pub fn run_typed(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let views: Vec<(&str, TensorRef)> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+        self.run_views(&views)
+    }
+
+    /// [`CompiledGraph::run_typed`] on borrowed tensors (a caller's buffers: NumPy
+    /// arrays, mapped files): an input of its declared type is read straight from them.
+    pub fn run_views(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<HostTensor>> {
         let order = self.match_inputs(inputs.iter().map(|(n, _)| *n))?;
         let converted: Vec<Option<HostTensor>> = order
             .iter()
             .enumerate()
             .map(|(slot, &k)| coerce("input", &self.inputs[slot], inputs[k].1))
             .collect::<Result<_>>()?;
-        let refs: Vec<&HostTensor> =
-            order.iter().zip(&converted).map(|(&k, c)| c.as_ref().unwrap_or(inputs[k].1)).collect();
-        self.execute(&refs)
+        let views: Vec<TensorRef> =
+            order.iter().zip(&converted).map(|(&k, c)| c.as_ref().map_or(inputs[k].1, HostTensor::view)).collect();
+        self.execute(&views)
     }
 
     /// Runs the executable once every param has a value.
-    fn execute(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+    fn execute(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
         if let Some(unset) = self.param_set.iter().position(|s| !s) {
             let p = &self.params[unset];
             return Err(Error::input(format!(
@@ -253,7 +260,7 @@ fn from_f32_values(role: &str, b: &Boundary, values: &[f32]) -> Result<HostTenso
 
 /// `None` when `t` already has the declared type; a converted copy when only the float
 /// format differs; an error naming the tensor otherwise.
-fn coerce(role: &str, b: &Boundary, t: &HostTensor) -> Result<Option<HostTensor>> {
+fn coerce(role: &str, b: &Boundary, t: TensorRef<'_>) -> Result<Option<HostTensor>> {
     if t.dims() != b.dims.as_slice() {
         return Err(Error::input(format!(
             "{role} '{}' expects {}, got {}",

@@ -11,7 +11,7 @@
 
 use crate::buffer::{Class, Elem};
 use rlx_ir::shape::fmt_type;
-use rlx_ir::{DType, Error, HostTensor, Result, encode_le};
+use rlx_ir::{DType, Error, HostTensor, Result, TensorRef, encode_le};
 use std::marker::PhantomData;
 
 impl Drop for Arena {
@@ -93,7 +93,7 @@ impl Arena {
 
 /// Writes `t` into `dst`, a buffer of storage `class`: f16/bf16 widened by value into f32
 /// storage, or copied bit for bit into their own packed class.
-pub fn write_host(dst: &mut [u8], class: Class, t: &HostTensor) -> Result<()> {
+pub fn write_host(dst: &mut [u8], class: Class, t: TensorRef<'_>) -> Result<()> {
     match (class, t.dtype()) {
         (Class::F32, DType::F16) => {
             for (d, s) in dst.chunks_exact_mut(4).zip(t.bytes().chunks_exact(2)) {

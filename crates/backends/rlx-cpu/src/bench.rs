@@ -194,7 +194,7 @@ pub fn gemm_program_gflops(dtype: rlx_ir::DType, dim: usize, threads: usize) -> 
     program.set_param(0, &t)?;
     let mut failed = None;
     let secs = seconds_per_call(|| {
-        if let Err(e) = program.run(&[&t]) {
+        if let Err(e) = program.run(&[t.view()]) {
             failed = Some(e);
         }
     });

@@ -196,7 +196,7 @@ impl ParamBuffer {
         // SAFETY: an owned buffer of `bytes` bytes; every writer holds its lock (taken
         // above).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.0.start.0, self.0.bytes) };
-        write_host(dst, self.0.class, t)
+        write_host(dst, self.0.class, t.view())
     }
 
     /// The tensor the buffer holds.

@@ -20,7 +20,7 @@ use crate::param::ParamBuffer;
 use rayon::ThreadPool;
 use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueKind};
 use rlx_ir::shape::{fmt_type, numel};
-use rlx_ir::{BinaryOp, CompareOp, DType, Error, Graph, HostTensor, MaskKind, Op, Result, Unary};
+use rlx_ir::{BinaryOp, CompareOp, DType, Error, Graph, HostTensor, MaskKind, Op, Result, TensorRef, Unary};
 use std::sync::Arc;
 
 /// A kernel call with everything shape-dependent worked out at compile time.
@@ -152,7 +152,7 @@ impl CpuProgram {
                 ValueKind::Param { .. } => params.push(leaf(leaf_name(&value.label))?),
                 ValueKind::Constant(t) => {
                     let at = slot(v)?;
-                    write_host(arena.slot_bytes_mut(at)?, at.class, t)?
+                    write_host(arena.slot_bytes_mut(at)?, at.class, t.view())?
                 }
                 ValueKind::Intermediate => {}
             }
@@ -251,7 +251,7 @@ impl CpuProgram {
     /// for every program holding it.
     pub fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?;
-        check_type(leaf, value)?;
+        check_type(leaf, value.view())?;
         if leaf.slot.is_some() {
             match &self.param_buffers[index] {
                 Some(buffer) if !buffer.is_borrowed() => buffer.write(value)?,
@@ -330,7 +330,7 @@ impl CpuProgram {
     }
 
     /// Runs with one tensor per input, in [`CpuProgram::inputs`] order, each of its declared type.
-    pub fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+    pub fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
         }
@@ -340,9 +340,9 @@ impl CpuProgram {
             return Err(Error::internal(format!("param '{}' has no buffer", self.params[unset].name)));
         }
         for (leaf, value) in self.inputs.iter().zip(inputs) {
-            check_type(leaf, value)?;
+            check_type(leaf, *value)?;
             if let Some(slot) = leaf.slot {
-                write_host(self.arena.slot_bytes_mut(slot)?, slot.class, value)?;
+                write_host(self.arena.slot_bytes_mut(slot)?, slot.class, *value)?;
             }
         }
         // Owned buffers stay locked for the run (and for reading the outputs); a buffer
@@ -423,7 +423,7 @@ fn slot_class(leaf: &Leaf) -> Result<Class> {
     leaf.slot.map_or_else(|| Class::for_storage(leaf.dtype, leaf.dtype.size_bytes()), |s| Ok(s.class))
 }
 
-fn check_type(leaf: &Leaf, value: &HostTensor) -> Result<()> {
+fn check_type(leaf: &Leaf, value: TensorRef<'_>) -> Result<()> {
     if value.dtype() != leaf.dtype || value.dims() != leaf.dims.as_slice() {
         return Err(Error::input(format!(
             "'{}' expects {}, got {}",

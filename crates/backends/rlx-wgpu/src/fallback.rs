@@ -32,6 +32,7 @@ impl HostStep {
 
     pub fn run(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         let mut program = self.program.lock().map_err(|_| Error::internal("gpu: a host step was poisoned"))?;
-        program.run(inputs)
+        let views: Vec<_> = inputs.iter().map(|t| t.view()).collect();
+        program.run(&views)
     }
 }

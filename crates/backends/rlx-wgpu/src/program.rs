@@ -11,7 +11,7 @@ use crate::fallback::HostStep;
 use crate::kernels::{self, Call, PRELUDE, Tensor, Threads};
 use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueKind};
 use rlx_ir::shape::fmt_type;
-use rlx_ir::{DType, Error, Graph, HostTensor, Op, Result};
+use rlx_ir::{DType, Error, Graph, HostTensor, Op, Result, TensorRef};
 use std::borrow::Cow;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
@@ -142,7 +142,7 @@ impl Drop for GpuProgram {
 
 /// A host tensor of its declared type as the words the device stores it in: its own
 /// bytes when the device stores it as is (no copy on the run path), else converted.
-fn to_words(t: &HostTensor, elem_bytes: usize) -> Cow<'_, [u8]> {
+fn to_words(t: TensorRef<'_>, elem_bytes: usize) -> Cow<'_, [u8]> {
     if elem_bytes == t.dtype().size_bytes() && t.bytes().len().is_multiple_of(4) {
         return Cow::Borrowed(t.bytes());
     }
@@ -224,7 +224,7 @@ impl GpuProgram {
         }
         for (v, value) in schedule.values.iter().enumerate() {
             if let (ValueKind::Constant(t), Some(at)) = (&value.kind, place(v)) {
-                gpu.queue.write_buffer(&arena, at.offset, &to_words(t, tensor(v).elem_bytes));
+                gpu.queue.write_buffer(&arena, at.offset, &to_words(t.view(), tensor(v).elem_bytes));
             }
         }
         // Resolve every step into calls (or a host step), then lay out their metadata.
@@ -453,7 +453,7 @@ impl GpuProgram {
     /// one bound to a writable shared buffer is written for every program holding it.
     pub fn set_param(&mut self, index: usize, value: &HostTensor) -> Result<()> {
         let leaf = self.params.get(index).ok_or_else(|| Error::internal(format!("param index {index}")))?.clone();
-        check_type(&leaf, value)?;
+        check_type(&leaf, value.view())?;
         if let Some(p) = leaf.place {
             if let Some((_, true)) = self.bound[index] {
                 let bytes = self.compiled.plan.param_bytes[index] as u64;
@@ -461,7 +461,7 @@ impl GpuProgram {
                 self.bound[index] = None;
                 self.unbound = true;
             }
-            self.gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(value, leaf.elem_bytes));
+            self.gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(value.view(), leaf.elem_bytes));
         }
         Ok(())
     }
@@ -476,7 +476,7 @@ impl GpuProgram {
         if leaf.place.is_some() {
             let elem_bytes = leaf.elem_bytes;
             let shared = self.gpu.shared_buffer((buffer.id(), elem_bytes), &leaf.name, || {
-                Ok(to_words(&buffer.read()?, elem_bytes).into_owned())
+                Ok(to_words(buffer.read()?.view(), elem_bytes).into_owned())
             })?;
             self.param_buffers[index] = Some(shared);
             self.bound[index] = Some((buffer.clone(), buffer.is_borrowed()));
@@ -486,7 +486,7 @@ impl GpuProgram {
     }
 
     /// Runs with one tensor per input, in graph order, each of its declared type.
-    pub fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+    pub fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
         if inputs.len() != self.inputs.len() {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
         }
@@ -497,9 +497,9 @@ impl GpuProgram {
             self.unbound = false;
         }
         for (leaf, value) in self.inputs.iter().zip(inputs) {
-            check_type(leaf, value)?;
+            check_type(leaf, *value)?;
             if let Some(p) = leaf.place {
-                gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(value, leaf.elem_bytes));
+                gpu.queue.write_buffer(self.buffer(p), p.offset, &to_words(*value, leaf.elem_bytes));
             }
         }
         if let Some(s) = &self.status {
@@ -533,7 +533,11 @@ impl GpuProgram {
                         bytes.iter().zip(ins).map(|(b, (_, t))| from_words(b, t)).collect::<Result<Vec<_>>>()?;
                     let refs: Vec<&HostTensor> = values.iter().collect();
                     let result = step.run(&refs)?;
-                    gpu.queue.write_buffer(self.buffer(out.0), out.0.offset, &to_words(&result[0], out.1.elem_bytes));
+                    gpu.queue.write_buffer(
+                        self.buffer(out.0),
+                        out.0.offset,
+                        &to_words(result[0].view(), out.1.elem_bytes),
+                    );
                     encoder = gpu.device.create_command_encoder(&Default::default());
                     pass = encoder.begin_compute_pass(&Default::default()).forget_lifetime();
                 }
@@ -617,7 +621,7 @@ fn read_back(
     Ok(out)
 }
 
-fn check_type(leaf: &Leaf, value: &HostTensor) -> Result<()> {
+fn check_type(leaf: &Leaf, value: TensorRef<'_>) -> Result<()> {
     if value.dtype() != leaf.dtype || value.dims() != leaf.dims.as_slice() {
         return Err(Error::internal(format!(
             "'{}' expects {}, got {}",

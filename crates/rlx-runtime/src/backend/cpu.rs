@@ -3,7 +3,7 @@
 use super::{Backend, Executable};
 use crate::{CompileOptions, Device};
 use rlx_cpu::{CpuProgram, ParamBuffer};
-use rlx_ir::{Graph, HostTensor, Result};
+use rlx_ir::{Graph, HostTensor, Result, TensorRef};
 
 pub struct CpuBackend;
 
@@ -37,7 +37,7 @@ impl Executable for CpuProgram {
         CpuProgram::updates_in_place(self, index)
     }
 
-    fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+    fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
         CpuProgram::run(self, inputs)
     }
 

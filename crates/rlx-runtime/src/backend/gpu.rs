@@ -2,7 +2,7 @@
 
 use super::{Backend, Executable};
 use crate::{CompileOptions, Device, ParamBuffer};
-use rlx_ir::{Graph, HostTensor, Result};
+use rlx_ir::{Graph, HostTensor, Result, TensorRef};
 use rlx_wgpu::GpuProgram;
 
 pub struct GpuBackend;
@@ -37,7 +37,7 @@ impl Executable for GpuProgram {
         GpuProgram::updates_in_place(self, index)
     }
 
-    fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+    fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
         GpuProgram::run(self, inputs)
     }
 

@@ -8,7 +8,7 @@ pub mod gpu;
 
 use crate::ParamBuffer;
 use crate::{CompileOptions, Device};
-use rlx_ir::{Graph, HostTensor, Result};
+use rlx_ir::{Graph, HostTensor, Result, TensorRef};
 
 pub trait Backend: Send + Sync {
     fn device(&self) -> Device;
@@ -29,7 +29,7 @@ pub trait Executable: Send {
     /// Whether a run writes param `index`'s buffer in place (a KV cache: state).
     fn updates_in_place(&self, index: usize) -> bool;
     /// Called only once every param was set or bound (the runtime checks).
-    fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
+    fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>>;
     /// Bytes of device memory the compiled graph holds for its tensors.
     fn arena_bytes(&self) -> usize;
     /// Bytes the params occupy as the width policy stores them.

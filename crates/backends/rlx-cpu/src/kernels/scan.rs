@@ -82,7 +82,8 @@ impl ScanPlan {
     }
 
     fn step(program: &Mutex<CpuProgram>, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
-        program.lock().unwrap_or_else(|e| e.into_inner()).run(inputs)
+        let views: Vec<_> = inputs.iter().map(|t| t.view()).collect();
+        program.lock().unwrap_or_else(|e| e.into_inner()).run(&views)
     }
 }
 
@@ -168,5 +169,5 @@ pub fn scan(p: &ScanPlan, ins: &Args, out: &mut Out) -> Result<()> {
         }
     };
     let slot = out.slot(0)?;
-    write_host(out.bytes_mut(0)?, slot.class, &result)
+    write_host(out.bytes_mut(0)?, slot.class, result.view())
 }
