@@ -362,3 +362,18 @@ def test_runs_release_the_gil_and_are_thread_safe():
     for t in threads:
         t.join()
     assert results == [True] * 80
+
+
+@pytest.mark.skipif(not rlx.is_available("gpu"), reason="a wheel built with --features gpu and a Vulkan device")
+def test_gpu_matches_cpu():
+    g = rlx.Graph()
+    x = g.input("x", rlx.float32, (17, 33))
+    w = g.param("w", rlx.float32, (33, 5))
+    g.set_outputs([rlx.log_softmax(rlx.gelu(x @ w))])
+    xs, ws = RNG.standard_normal((17, 33)).astype(np.float32), RNG.standard_normal((33, 5)).astype(np.float32)
+    outs = []
+    for device in ("cpu", "gpu"):
+        c = g.compile(device=device)
+        c.set_param("w", ws)
+        outs.append(c.run(x=xs)[0])
+    assert np.allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
