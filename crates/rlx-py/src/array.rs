@@ -11,7 +11,7 @@ use numpy::{PyArray1, PyArrayDescr, PyArrayDescrMethods, PyArrayMethods, PyUntyp
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyString};
 use rlx::ir::TensorRef;
 use rlx::prelude::{DType, HostTensor};
 
@@ -190,6 +190,36 @@ pub fn array_from_py<'py>(obj: &Bound<'py, PyAny>, like: Option<DType>) -> PyRes
     };
     let dims = array.shape().to_vec();
     Ok(Tensor { array, dtype, dims })
+}
+
+/// The (name, array) pairs of a call like `run(inputs, **kwargs)`, in the order given:
+/// the dict `inputs` (None: nothing), then the keywords. `like(name)` is the dtype a
+/// non-array given for that name is made as.
+pub fn named_arrays<'py>(
+    what: &str,
+    inputs: Option<&Bound<'py, PyAny>>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    like: impl Fn(&str) -> Option<DType>,
+) -> PyResult<Vec<(String, Tensor<'py>)>> {
+    let mut named = Vec::new();
+    let dict = match inputs.filter(|i| !i.is_none()) {
+        Some(i) => {
+            Some(i.cast::<PyDict>().map_err(|_| PyTypeError::new_err(format!("{what}: a dict of name -> array")))?)
+        }
+        None => None,
+    };
+    for d in dict.into_iter().chain(kwargs) {
+        for (k, v) in d.iter() {
+            let name = k
+                .cast::<PyString>()
+                .map_err(|_| PyTypeError::new_err(format!("{what}: names must be strings")))?
+                .to_cow()?
+                .into_owned();
+            let t = array_from_py(&v, like(&name))?;
+            named.push((name, t));
+        }
+    }
+    Ok(named)
 }
 
 /// [`array_from_py`] as an owned tensor.

@@ -1,11 +1,10 @@
 //! `rlx.Compiled`: a graph planned for a device; `run` takes and returns NumPy arrays.
 
-use crate::array::{Tensor, array_from_py, dtype_arg, tensor_from_py, tensor_to_py};
+use crate::array::{dtype_arg, named_arrays, tensor_from_py, tensor_to_py};
 use crate::graph::convert;
 use crate::{detached, guarded};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyList};
 use rlx::ir::TensorRef;
 use rlx::prelude::*;
 use rlx::runtime::Boundary;
@@ -69,30 +68,9 @@ impl PyCompiled {
         inputs: Option<&Bound<'py, PyAny>>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let mut named: Vec<(String, Tensor<'py>)> = Vec::with_capacity(self.inputs.len());
-        let mut add = |k: Bound<'py, PyAny>, v: Bound<'py, PyAny>| -> PyResult<()> {
-            let name = k
-                .cast::<PyString>()
-                .map_err(|_| PyTypeError::new_err("input names must be strings"))?
-                .to_cow()?
-                .into_owned();
-            let like = self.inputs.iter().find(|b| b.name == name).map(|b| b.dtype);
-            named.push((name, array_from_py(&v, like)?));
-            Ok(())
-        };
-        if let Some(inputs) = inputs.filter(|i| !i.is_none()) {
-            let dict = inputs
-                .cast::<PyDict>()
-                .map_err(|_| PyTypeError::new_err("run(inputs): a dict of input name -> array"))?;
-            for (k, v) in dict.iter() {
-                add(k, v)?;
-            }
-        }
-        if let Some(kwargs) = kwargs {
-            for (k, v) in kwargs.iter() {
-                add(k, v)?;
-            }
-        }
+        let named = named_arrays("run(inputs)", inputs, kwargs, |name| {
+            self.inputs.iter().find(|b| b.name == name).map(|b| b.dtype)
+        })?;
         let views: Vec<(&str, TensorRef)> =
             named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
         let compiled = &self.compiled;

@@ -1,11 +1,10 @@
 //! `rlx.onnx.load` and `rlx.OnnxModel`: ONNX files through rlx-onnx (import once per
 //! distinct input shape, cached).
 
-use crate::array::{tensor_from_py, tensor_to_py};
+use crate::array::{named_arrays, tensor_to_py};
 use crate::detached;
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::PyList;
 use rlx::prelude::*;
 use std::sync::Mutex;
 
@@ -53,15 +52,11 @@ impl PyOnnxModel {
 
     /// Runs on `inputs` (name -> array); returns the outputs in graph output order.
     fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-        let dict =
-            inputs.cast::<PyDict>().map_err(|_| PyTypeError::new_err("run(inputs): a dict of input name -> array"))?;
-        let mut named = Vec::with_capacity(dict.len());
-        for (k, v) in dict.iter() {
-            let name =
-                k.cast::<PyString>().map_err(|_| PyTypeError::new_err("input names must be strings"))?.to_string();
-            let like = self.inputs.iter().find(|t| t.name == name).and_then(|t| t.dtype);
-            named.push((name, tensor_from_py(&v, like)?));
-        }
+        let named = named_arrays("run(inputs)", Some(inputs), None, |name| {
+            self.inputs.iter().find(|t| t.name == name).and_then(|t| t.dtype)
+        })?;
+        let named: Vec<(String, HostTensor)> =
+            named.into_iter().map(|(n, t)| Ok((n, t.view()?.to_host()))).collect::<PyResult<_>>()?;
         let model = &self.model;
         let outputs = detached(py, || {
             let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();

@@ -2,11 +2,10 @@
 //! `GraphTrainer` (the gradient graph compiled once, f32 master params on the host, an
 //! optax-equivalent optimizer).
 
-use crate::array::{tensor_from_py, tensor_to_py};
+use crate::array::{named_arrays, tensor_to_py};
 use crate::{detached, guarded};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::PyDict;
 use rlx::optim::{Rule, Schedule};
 use rlx::prelude::*;
 use rlx::train::GraphTrainer;
@@ -75,10 +74,8 @@ impl PyTrainer {
             graph.params().into_iter().map(|p| (leaf(p), graph.dims(p).to_vec())).collect();
         let inputs: Vec<(String, DType)> = graph.inputs().into_iter().map(|i| (leaf(i), graph.dtype(i))).collect();
         let mut init = Vec::with_capacity(params.len());
-        for (k, v) in params.iter() {
-            let name =
-                k.cast::<PyString>().map_err(|_| PyTypeError::new_err("param names must be strings"))?.to_string();
-            let t = tensor_from_py(&v, Some(DType::F32))?;
+        for (name, t) in named_arrays("params", Some(params.as_any()), None, |_| Some(DType::F32))? {
+            let t = t.view()?;
             if let Some((_, dims)) = declared.iter().find(|(n, _)| *n == name).filter(|(_, d)| d.as_slice() != t.dims())
             {
                 return Err(crate::to_py(rlx::Error::shape(format!(
@@ -134,18 +131,14 @@ impl PyTrainer {
     fn step(
         &self,
         py: Python<'_>,
-        inputs: Option<&Bound<'_, PyDict>>,
+        inputs: Option<&Bound<'_, PyAny>>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<f32> {
-        let mut named: Vec<(String, HostTensor)> = Vec::new();
-        for dict in inputs.into_iter().chain(kwargs) {
-            for (k, v) in dict.iter() {
-                let name =
-                    k.cast::<PyString>().map_err(|_| PyTypeError::new_err("input names must be strings"))?.to_string();
-                let like = self.inputs.iter().find(|(n, _)| *n == name).map(|(_, d)| *d);
-                named.push((name, tensor_from_py(&v, like)?));
-            }
-        }
+        let named = named_arrays("step(inputs)", inputs, kwargs, |name| {
+            self.inputs.iter().find(|(n, _)| n == name).map(|(_, d)| *d)
+        })?;
+        let named: Vec<(String, HostTensor)> =
+            named.into_iter().map(|(n, t)| Ok((n, t.view()?.to_host()))).collect::<PyResult<_>>()?;
         let trainer = &self.trainer;
         detached(py, || {
             let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
