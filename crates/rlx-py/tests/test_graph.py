@@ -48,7 +48,9 @@ UNARY = {
     "softplus": (lambda x: np.log1p(np.exp(x)), (-10, 10), 8),
     "sin": (np.sin, (-6, 6), 4),
     "cos": (np.cos, (-6, 6), 4),
+    "tan": (np.tan, (-1.4, 1.4), 8),
     "atan": (np.arctan, (-10, 10), 4),
+    "mish": (lambda x: x * np.tanh(np.log1p(np.exp(x))), (-10, 10), 8),
     "erf": (ERF, (-3, 3), 4),
     "ln1p": (np.log1p, (-0.5, 10), 4),
     "log_sigmoid": (lambda x: -np.log1p(np.exp(-x)), (-10, 10), 8),
@@ -64,9 +66,10 @@ def test_unary_against_f64(name, n):
     close(got, oracle(x.astype(np.float64)), ulps=ulps, atol=1e-7 if name in ("sin", "cos", "erf", "atan") else 0)
 
 
-def test_every_unary_has_a_builder():
+def test_every_unary_has_a_builder_and_an_oracle():
     for name in rlx._rlx.unary_names():
         assert callable(getattr(rlx, name)), name
+        assert name in UNARY, f"{name} has no f64 oracle in this test"
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -102,6 +105,9 @@ def test_reductions_and_softmax(n):
     close(run1(lambda v: rlx.mean(v), x), x64.mean(), ulps=16, atol=1e-6)
     close(run1(lambda v: rlx.max(v, axes=0, keepdims=True), x), x64.max(0, keepdims=True), ulps=0)
     close(run1(lambda v: v.sum((0, 1)), x), x64.sum(), ulps=32, atol=1e-5)
+    close(run1(lambda v: rlx.min(v, axes=1), x), x64.min(1), ulps=0)
+    small = (x[:, :8] / 2 + 1).astype(np.float32)
+    close(run1(lambda v: rlx.prod(v, axes=-1), small), small.astype(np.float64).prod(-1), ulps=16)
     e = np.exp(x64 - x64.max(-1, keepdims=True))
     close(run1(rlx.softmax, x), e / e.sum(-1, keepdims=True), ulps=8)
     close(run1(lambda v: rlx.log_softmax(v, axis=1), x), np.log(e / e.sum(-1, keepdims=True)), ulps=8, atol=1e-6)
@@ -188,6 +194,16 @@ def test_attention_against_f64(causal):
         s = np.where(np.tril(np.ones((5, 5), bool)), s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     close(got, (p / p.sum(-1, keepdims=True)) @ vv, ulps=64, atol=1e-6)
+
+
+def test_casts():
+    x = np.array([-2.5, -0.5, 0.5, 1.5, 2.5, 1e-8, 70000.0], np.float32)
+    # f32 -> f16 rounds to nearest even (NumPy's astype does too); 70000 overflows to inf.
+    with np.errstate(over="ignore"):
+        assert np.array_equal(run1(lambda v: v.astype("f16"), x), x.astype(np.float16))
+    assert np.array_equal(run1(lambda v: rlx.cast(v, rlx.float64), x), x.astype(np.float64))
+    i = np.array([-3, 0, 7, 2**31 - 1], np.int32)
+    assert np.array_equal(run1(lambda v: v.astype(rlx.int64), i, dtype=rlx.int32), i.astype(np.int64))
 
 
 # ---- dtypes ------------------------------------------------------------------------
