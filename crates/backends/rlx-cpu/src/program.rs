@@ -63,10 +63,11 @@ enum Kernel {
     L2Norm { eps: f32, rsqrt: bool, len: usize },
 }
 
-/// Operand size below which a program runs on the caller's thread: a 1-element graph
-/// ran in 17.5 us per call from Python with the pool hand-off (wake a worker, wait for
-/// it) and 1.35 us without (onnxruntime: 5.7 us; AMD EPYC, tools/bench/python.py); a 64 x 64 x 64 matmul is
-/// ~10 us of work on one core, and kernels split nothing under `MIN_PARALLEL_ELEMS`.
+/// Operand size up to which a program runs on the caller's thread, its kernels told there
+/// is one worker (`threads::inline`): a 1-element graph ran in 17.5 us per call from
+/// Python with the pool hand-off (wake a worker, wait for it) and 1.35 us without
+/// (onnxruntime: 5.7 us; AMD EPYC, tools/bench/python.py), and a 64 x 64 x 64 matmul is
+/// ~10 us of work on one core.
 const INLINE_ELEMS: usize = 4096;
 
 /// One kernel call: the kernel and its operands' places in the arena.
@@ -360,7 +361,7 @@ impl CpuProgram {
         let pool = self.pool.clone();
         let (thunks, bases) = (&self.thunks, &self.bases);
         if self.inline {
-            execute_all(thunks, bases)?;
+            crate::threads::inline(|| execute_all(thunks, bases))?;
         } else {
             pool.install(|| execute_all(thunks, bases))?;
         }

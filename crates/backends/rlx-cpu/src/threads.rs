@@ -4,8 +4,34 @@
 
 use rayon::ThreadPool;
 use rlx_ir::{Error, Result};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+thread_local! {
+    /// Set while a program runs on its caller's thread ([`inline`]).
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Workers the running kernel may split its work across: its pool's, or 1 while a
+/// program runs inline on the caller's thread (which belongs to no pool: rayon would
+/// otherwise send the split to the global pool, ignoring the thread count asked for).
+/// Kernels ask this, never `rayon::current_num_threads`.
+pub fn current() -> usize {
+    if INLINE.get() { 1 } else { rayon::current_num_threads() }
+}
+
+/// Runs `f` on this thread with [`current`] = 1 (restored after, on unwinding too).
+pub fn inline<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INLINE.set(self.0);
+        }
+    }
+    let _restore = Restore(INLINE.replace(true));
+    f()
+}
 
 /// Threads to use when the caller does not say: `RLX_THREADS`, else the host's cores.
 pub fn default_threads() -> usize {
@@ -52,7 +78,7 @@ pub const MIN_PARALLEL_ELEMS: usize = 1 << 15;
 /// thread. `start` is the group's first element.
 pub fn par_rows(x: &[f32], out: &mut [f32], len: usize, f: impl Fn(usize, &[f32], &mut [f32]) + Sync) {
     use rayon::prelude::*;
-    if len == 0 || out.len() < MIN_PARALLEL_ELEMS || rayon::current_num_threads() == 1 {
+    if len == 0 || out.len() < MIN_PARALLEL_ELEMS || current() == 1 {
         return f(0, x, out);
     }
     // Enough rows per task that each moves >= 16K elements.
@@ -63,7 +89,7 @@ pub fn par_rows(x: &[f32], out: &mut [f32], len: usize, f: impl Fn(usize, &[f32]
 /// Runs `f` over groups of whole rows of `out` in parallel (in-place row kernels).
 pub fn par_rows_mut(out: &mut [f32], len: usize, f: impl Fn(&mut [f32]) + Sync) {
     use rayon::prelude::*;
-    if len == 0 || out.len() < MIN_PARALLEL_ELEMS || rayon::current_num_threads() == 1 {
+    if len == 0 || out.len() < MIN_PARALLEL_ELEMS || current() == 1 {
         return f(out);
     }
     let chunk = (MIN_PARALLEL_ELEMS / 2).div_ceil(len) * len;
@@ -73,7 +99,7 @@ pub fn par_rows_mut(out: &mut [f32], len: usize, f: impl Fn(&mut [f32]) + Sync) 
 /// Runs `f(start, out_chunk)` over chunks of `out` in parallel (elementwise kernels).
 pub fn par_chunks<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
     use rayon::prelude::*;
-    if out.len() < MIN_PARALLEL_ELEMS || rayon::current_num_threads() == 1 {
+    if out.len() < MIN_PARALLEL_ELEMS || current() == 1 {
         return f(0, out);
     }
     let chunk = MIN_PARALLEL_ELEMS / 2;
@@ -108,4 +134,24 @@ pub fn with_scratch<T: crate::buffer::Elem, R>(len: usize, f: impl FnOnce(&mut [
         }
     });
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_runs_report_one_worker_and_restore() {
+        let pool = pool(2).unwrap();
+        pool.install(|| {
+            assert_eq!(current(), 2);
+            let nested = inline(|| (current(), inline(current), current()));
+            assert_eq!(nested, (1, 1, 1));
+            assert_eq!(current(), 2);
+            // A panic inside restores the flag too.
+            let caught = std::panic::catch_unwind(|| inline(|| panic!("boom")));
+            assert!(caught.is_err());
+            assert_eq!(current(), 2);
+        });
+    }
 }

@@ -152,7 +152,7 @@ fn attention_f32(
         })
     };
     let macs = p.b * p.hq * p.sq * len * (d + dv);
-    if rayon::current_num_threads() > 1 && macs >= MIN_PARALLEL_MACS {
+    if crate::threads::current() > 1 && macs >= MIN_PARALLEL_MACS {
         out.par_chunks_mut(head_out).enumerate().for_each(|(bh, head)| {
             head.par_chunks_mut(ROW_BLOCK * dv).enumerate().for_each(|(blk, o)| block(bh, blk * ROW_BLOCK, o));
         });
@@ -211,7 +211,7 @@ fn attention_typed<T: Float>(
             }
         })
     };
-    if rayon::current_num_threads() > 1 && p.b * p.hq > 1 {
+    if crate::threads::current() > 1 && p.b * p.hq > 1 {
         out.par_chunks_mut(head_out).enumerate().for_each(|(bh, o)| per_head(bh, o));
     } else {
         out.chunks_mut(head_out).enumerate().for_each(|(bh, o)| per_head(bh, o));

@@ -99,7 +99,7 @@ fn conv_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], w: &[T], bi
         return;
     }
     let items = g.n * groups;
-    let threads = rayon::current_num_threads();
+    let threads = crate::threads::current();
     // The same split rule as matmul's `for_each_product`: many small products one thread
     // each, else one product at a time on every thread.
     let macs = og * depth * plane;
@@ -246,7 +246,7 @@ fn pool_typed<T: Float>(g: &Geometry, avg: Option<bool>, x: &[T], out: &mut [T])
             }
         }
     };
-    if rayon::current_num_threads() > 1 && out.len() >= MIN_PARALLEL_ELEMS {
+    if crate::threads::current() > 1 && out.len() >= MIN_PARALLEL_ELEMS {
         out.par_chunks_mut(pooled).enumerate().for_each(|(p, o)| per_plane(p, o));
     } else {
         out.chunks_mut(pooled).enumerate().for_each(|(p, o)| per_plane(p, o));
@@ -290,7 +290,7 @@ fn grad_input_typed<T: Float>(g: &Geometry, groups: usize, grad: &[T], w: &[T], 
             }
         }
     };
-    if rayon::current_num_threads() > 1 && g.n > 1 {
+    if crate::threads::current() > 1 && g.n > 1 {
         dx.par_chunks_mut(image).enumerate().for_each(|(b, d)| per_image(b, d));
     } else {
         dx.chunks_mut(image).enumerate().for_each(|(b, d)| per_image(b, d));
@@ -334,7 +334,7 @@ fn grad_weight_typed<T: Float>(g: &Geometry, groups: usize, x: &[T], grad: &[T],
             }
         }
     };
-    if rayon::current_num_threads() > 1 && g.o > 1 {
+    if crate::threads::current() > 1 && g.o > 1 {
         dw.par_chunks_mut(filter).enumerate().for_each(|(f, d)| per_filter(f, d));
     } else {
         dw.chunks_mut(filter).enumerate().for_each(|(f, d)| per_filter(f, d));

@@ -52,7 +52,7 @@ pub fn swiglu_matmul(plan: &MatMulPlan, arm: Arm, ins: &Args, out: &mut Out) -> 
 
 /// Splits two equal-length row-major buffers into row groups processed in parallel.
 fn par_row_pairs(a: &mut [f32], b: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync) {
-    if len == 0 || a.len() < MIN_PARALLEL_ELEMS || rayon::current_num_threads() == 1 {
+    if len == 0 || a.len() < MIN_PARALLEL_ELEMS || crate::threads::current() == 1 {
         return f(0, a, b);
     }
     let chunk = (MIN_PARALLEL_ELEMS / 2).div_ceil(len) * len;

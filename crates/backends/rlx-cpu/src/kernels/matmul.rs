@@ -153,11 +153,12 @@ fn for_each_product<T: Send>(
         }
     }
     let macs = mk * n;
-    let parallel_batches = plan.threads > 1 && plan.batches.len() >= plan.threads && macs < MIN_PARALLEL_MACS * 4;
+    let workers = plan.threads.min(crate::threads::current());
+    let parallel_batches = workers > 1 && plan.batches.len() >= workers && macs < MIN_PARALLEL_MACS * 4;
     if parallel_batches && plan.batches.len() * mn >= MIN_PARALLEL_ELEMS / 8 {
         out.par_chunks_mut(mn).zip(plan.batches.par_iter()).for_each(|(c, &(oa, ob))| product(oa, ob, c, 1));
     } else {
-        let threads = if macs >= MIN_PARALLEL_MACS { plan.threads } else { 1 };
+        let threads = if macs >= MIN_PARALLEL_MACS { workers } else { 1 };
         for (c, &(oa, ob)) in out.chunks_mut(mn).zip(&plan.batches) {
             product(oa, ob, c, threads);
         }

@@ -101,7 +101,7 @@ pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], o
 /// when the work is worth it. Chunks are whole columns, so every element is computed as
 /// on one thread.
 fn par_columns(p: &QuantMatMulPlan, out: &mut [f32], f: impl Fn(usize, usize, &mut [f32]) + Sync) {
-    let threads = rayon::current_num_threads().min(p.threads);
+    let threads = crate::threads::current().min(p.threads);
     // ~4 chunks per thread balance uneven cores; 16 columns keep each chunk a cache line
     // of output.
     let chunk = p.n.div_ceil(threads * 4).next_multiple_of(16).max(16);
@@ -646,7 +646,7 @@ fn gemv_rows_const<const M: usize>(scheme: QuantScheme, k: usize, rows: &[u8], x
 /// threads, results gathered `[n, m]` then transposed to `[m, n]`.
 fn gemv_rows(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, n, rb) = (p.m, p.n, p.row_bytes());
-    let threads = rayon::current_num_threads().min(p.threads);
+    let threads = crate::threads::current().min(p.threads);
     let chunk = n.div_ceil(threads * 4).next_multiple_of(16).max(16);
     let run = |tmp: &mut [f32]| {
         let task = |c: usize, o: &mut [f32]| {
@@ -692,7 +692,7 @@ pub fn dequantize(scheme: QuantScheme, k: usize, arm: Arm, ins: &Args, out: &mut
         return Ok(());
     }
     let per = (1usize << 14).div_ceil(k).max(1);
-    if rayon::current_num_threads() > 1 && out.len() >= 1 << 15 {
+    if crate::threads::current() > 1 && out.len() >= 1 << 15 {
         out.par_chunks_mut(per * k).zip(w.par_chunks(per * rb)).for_each(|(o, s)| decode_rows(arm, scheme, k, s, o));
     } else {
         decode_rows(arm, scheme, k, w, out);
@@ -703,7 +703,7 @@ pub fn dequantize(scheme: QuantScheme, k: usize, arm: Arm, ins: &Args, out: &mut
 fn tiled_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k, n, rb) = (p.m, p.k, p.n, p.row_bytes());
     let tile = TILE_ROWS.min(n);
-    let threads = rayon::current_num_threads().min(p.threads);
+    let threads = crate::threads::current().min(p.threads);
     crate::threads::with_scratch::<f32, _>(tile * k, |buf| {
         for j0 in (0..n).step_by(tile) {
             let rows = tile.min(n - j0);

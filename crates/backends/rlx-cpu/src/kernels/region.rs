@@ -63,7 +63,7 @@ pub fn region(plan: &RegionPlan, arm: crate::features::Arm, ins: &Args, out: &mu
     let ptrs = Ptrs { ins, out: out_ptr, out_class };
     let blocks = plan.len.div_ceil(BLOCK);
     let run = |b: usize| block(plan, ptrs, arm, b * BLOCK, ((b + 1) * BLOCK).min(plan.len));
-    if plan.len >= crate::threads::MIN_PARALLEL_ELEMS && rayon::current_num_threads() > 1 {
+    if plan.len >= crate::threads::MIN_PARALLEL_ELEMS && crate::threads::current() > 1 {
         (0..blocks).into_par_iter().for_each(run);
     } else {
         (0..blocks).for_each(run);
