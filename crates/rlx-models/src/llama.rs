@@ -610,12 +610,20 @@ impl Llama {
     /// The next token of `g` (`None` once it has ended: end of sequence when asked for,
     /// `max_new` tokens, or a full cache). The token returned is decoded into the cache
     /// only when the next one is asked for, so a caller that stops early never pays for
-    /// a step it does not use.
+    /// a step it does not use. An error ends the generation (the cache no longer matches).
     pub fn next_token(&mut self, g: &mut Generation, sampler: &mut crate::sampler::Sampler) -> Result<Option<TokenId>> {
         if g.done {
             return Ok(None);
         }
         let start = Instant::now();
+        let next = self.sample_next(g, sampler);
+        g.stats.generate_seconds += start.elapsed().as_secs_f64();
+        // After a failed step the cache no longer matches the tokens: the generation ends.
+        g.done |= next.is_err();
+        next.map(Some)
+    }
+
+    fn sample_next(&mut self, g: &mut Generation, sampler: &mut crate::sampler::Sampler) -> Result<TokenId> {
         if let Some(previous) = g.pending.take() {
             g.logits = self.decode(previous)?;
         }
@@ -630,8 +638,7 @@ impl Llama {
             g.pending = Some(next);
         }
         g.stats.generated_tokens = g.tokens.len();
-        g.stats.generate_seconds += start.elapsed().as_secs_f64();
-        Ok(Some(next))
+        Ok(next)
     }
 }
 

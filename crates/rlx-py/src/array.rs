@@ -63,6 +63,12 @@ impl PyDType {
 /// A dtype argument: an `rlx` dtype, a name ("f32", "bfloat16", "bool", ...) or anything
 /// `numpy.dtype` accepts.
 pub fn dtype_arg(obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    if obj.is_none() {
+        // numpy.dtype(None) is float64; a missing dtype is more likely a mistake.
+        return Err(PyTypeError::new_err(
+            "dtype: None is not a dtype (an rlx dtype, a name like 'f32', or a NumPy dtype)",
+        ));
+    }
     if let Ok(d) = obj.cast::<PyDType>() {
         return Ok(d.get().0);
     }
@@ -140,63 +146,97 @@ pub fn numpy_descr(py: Python<'_>, d: DType) -> Option<Bound<'_, PyArrayDescr>> 
     })
 }
 
-/// An input as RLX reads it: a C-contiguous, native-endian NumPy array of an RLX dtype,
-/// whose buffer is read in place.
-pub struct Tensor<'py> {
-    array: Bound<'py, PyUntypedArray>,
-    dtype: DType,
-    dims: Vec<usize>,
+/// An input as RLX reads it.
+pub enum Tensor<'py> {
+    /// A C-contiguous, native-endian NumPy array of an RLX dtype, read in place.
+    Array { array: Bound<'py, PyUntypedArray>, dtype: DType, dims: Vec<usize> },
+    /// A Python number or list converted exactly to an integer or bool dtype.
+    Owned(HostTensor),
 }
 
 impl Tensor<'_> {
-    /// The array's bytes, borrowed; a bool array holding bytes other than 0 / 1 is an
-    /// error.
+    /// The bytes, borrowed; a bool array holding bytes other than 0 / 1 is an error.
     pub fn view(&self) -> PyResult<TensorRef<'_>> {
-        let len = self.dims.iter().product::<usize>() * self.dtype.size_bytes();
-        // SAFETY: a C-contiguous array of `len` bytes (shape x itemsize); `self.array`
-        // holds a reference, so NumPy cannot free or resize the buffer (resize checks
-        // references) while the view lives.
+        let (array, dtype, dims) = match self {
+            Tensor::Owned(t) => return Ok(t.view()),
+            Tensor::Array { array, dtype, dims } => (array, dtype, dims),
+        };
+        let len = dims.iter().product::<usize>() * dtype.size_bytes();
+        // SAFETY: a C-contiguous array of `len` bytes (shape x itemsize). `array` holds a
+        // reference, so NumPy frees nothing and refuses `resize` while the view lives;
+        // another thread that writes to the array, or forces a resize with
+        // `refcheck=False`, during a run (the GIL is released) races with it, as with
+        // any NumPy call that releases the GIL.
         let bytes = unsafe {
-            let data = (*self.array.as_array_ptr()).fields.data as *const u8;
+            let data = (*array.as_array_ptr()).fields.data as *const u8;
             if len == 0 { &[][..] } else { std::slice::from_raw_parts(data, len) }
         };
-        TensorRef::new(self.dtype, &self.dims, bytes).map_err(crate::to_py)
+        TensorRef::new(*dtype, dims, bytes).map_err(crate::to_py)
     }
 }
 
-/// A tensor from a NumPy array (or anything `numpy.asarray` takes: numbers, nested
-/// lists), borrowed when the layout allows (else converted to a contiguous copy). `like`, when given, is the dtype a
-/// non-array is made as (a list of ints for an i32 input); an array keeps its own dtype
-/// and the runtime converts float formats by value and refuses other mismatches.
-pub fn array_from_py<'py>(obj: &Bound<'py, PyAny>, like: Option<DType>) -> PyResult<Tensor<'py>> {
-    let py = obj.py();
-    let array = match obj.cast::<PyUntypedArray>() {
-        Ok(a) => a.clone(),
-        Err(_) => {
-            let np = py.import("numpy")?;
-            let dtype = like.and_then(|d| numpy_descr(py, d));
-            np.call_method1("asarray", (obj, dtype))
-                .map_err(|e| PyTypeError::new_err(format!("expected a NumPy array, got {}: {e}", repr(obj))))?
-                .cast_into::<PyUntypedArray>()?
-        }
-    };
+/// `array` as a [`Tensor`] read in place, made C-contiguous and native-endian first
+/// when it is not.
+fn borrow_array(array: Bound<'_, PyUntypedArray>) -> PyResult<Tensor<'_>> {
     let descr = array.dtype();
     let dtype = descr_dtype(&descr).ok_or_else(|| unsupported(&descr))?;
     let array = if array.is_c_contiguous() && descr.is_native_byteorder() != Some(false) {
         array
     } else {
         let native = descr.call_method1("newbyteorder", ("=",))?;
-        py.import("numpy")?.call_method1("ascontiguousarray", (&array, native))?.cast_into::<PyUntypedArray>()?
+        let np = array.py().import("numpy")?;
+        np.call_method1("ascontiguousarray", (&array, native))?.cast_into::<PyUntypedArray>()?
     };
     let dims = array.shape().to_vec();
-    Ok(Tensor { array, dtype, dims })
+    Ok(Tensor::Array { array, dtype, dims })
+}
+
+/// A tensor from a NumPy array (read in place when its layout allows) or anything
+/// `numpy.asarray` takes (numbers, nested lists). `like`, when given, is the dtype a
+/// non-array is made as: floats as NumPy rounds them, integers and bools exactly (1.5 or
+/// 300 for a u8 input is an error, not a truncation). An array keeps its own dtype: the
+/// runtime converts float formats by value and refuses other mismatches.
+pub fn array_from_py<'py>(obj: &Bound<'py, PyAny>, like: Option<DType>) -> PyResult<Tensor<'py>> {
+    if let Ok(a) = obj.cast::<PyUntypedArray>() {
+        return borrow_array(a.clone());
+    }
+    let py = obj.py();
+    let float = like.filter(|d| d.is_float()).and_then(|d| numpy_descr(py, d));
+    let array = py
+        .import("numpy")?
+        .call_method1("asarray", (obj, float))
+        .map_err(|e| PyTypeError::new_err(format!("expected a NumPy array, got {}: {e}", repr(obj))))?
+        .cast_into::<PyUntypedArray>()?;
+    let t = borrow_array(array)?;
+    match like.filter(|d| !d.is_float()) {
+        Some(want) => {
+            let host = t.view()?.to_host();
+            if host.dtype() == want {
+                return Ok(t);
+            }
+            crate::guarded(|| convert(&host, want)).map(Tensor::Owned)
+        }
+        None => Ok(t),
+    }
+}
+
+/// `e` with `context` before its message, same exception type (rlx.Error or TypeError).
+fn in_context(py: Python<'_>, e: PyErr, context: &str) -> PyErr {
+    let message = format!("{context}: {}", e.value(py));
+    if e.is_instance_of::<PyTypeError>(py) {
+        PyTypeError::new_err(message)
+    } else if e.is_instance_of::<crate::Error>(py) {
+        crate::Error::new_err(message)
+    } else {
+        e
+    }
 }
 
 /// The (name, array) pairs of a call like `run(inputs, **kwargs)`, in the order given:
-/// the dict `inputs` (None: nothing), then the keywords. `like(name)` is the dtype a
-/// non-array given for that name is made as.
+/// the dict `inputs` (None: nothing), then the keywords, each checked (errors name it:
+/// "`role` 'name': ..."). `like(name)` is the dtype a non-array for that name is made as.
 pub fn named_arrays<'py>(
-    what: &str,
+    role: &str,
     inputs: Option<&Bound<'py, PyAny>>,
     kwargs: Option<&Bound<'py, PyDict>>,
     like: impl Fn(&str) -> Option<DType>,
@@ -204,7 +244,7 @@ pub fn named_arrays<'py>(
     let mut named = Vec::new();
     let dict = match inputs.filter(|i| !i.is_none()) {
         Some(i) => {
-            Some(i.cast::<PyDict>().map_err(|_| PyTypeError::new_err(format!("{what}: a dict of name -> array")))?)
+            Some(i.cast::<PyDict>().map_err(|_| PyTypeError::new_err(format!("{role}s: a dict of name -> array")))?)
         }
         None => None,
     };
@@ -212,10 +252,12 @@ pub fn named_arrays<'py>(
         for (k, v) in d.iter() {
             let name = k
                 .cast::<PyString>()
-                .map_err(|_| PyTypeError::new_err(format!("{what}: names must be strings")))?
+                .map_err(|_| PyTypeError::new_err(format!("{role} names must be strings")))?
                 .to_cow()?
                 .into_owned();
-            let t = array_from_py(&v, like(&name))?;
+            let context = |e| in_context(d.py(), e, &format!("{role} '{name}'"));
+            let t = array_from_py(&v, like(&name)).map_err(context)?;
+            t.view().map_err(context)?;
             named.push((name, t));
         }
     }
@@ -225,6 +267,34 @@ pub fn named_arrays<'py>(
 /// [`array_from_py`] as an owned tensor.
 pub fn tensor_from_py(obj: &Bound<'_, PyAny>, like: Option<DType>) -> PyResult<HostTensor> {
     Ok(array_from_py(obj, like)?.view()?.to_host())
+}
+
+/// Whether integer `v` is a value of `dtype` (floats take any; i64 -> f64 rounds).
+pub fn int_fits(v: i64, dtype: DType) -> bool {
+    match dtype {
+        DType::I8 => i8::try_from(v).is_ok(),
+        DType::U8 => u8::try_from(v).is_ok(),
+        DType::I32 => i32::try_from(v).is_ok(),
+        DType::Bool => v == 0 || v == 1,
+        _ => true,
+    }
+}
+
+/// `t`'s values as dtype `to`: to a float by value with one rounding; to an integer or
+/// bool exactly (a fraction or a value out of range is an error naming the element).
+pub fn convert(t: &HostTensor, to: DType) -> rlx::Result<HostTensor> {
+    if to.is_float() || t.dtype().is_float() {
+        // To an integer, from_f64_as refuses values `to` does not hold exactly.
+        return HostTensor::from_f64_as(to, t.dims(), &t.to_f64_vec());
+    }
+    let values = t.to_i64_vec();
+    if let Some(i) = values.iter().position(|&v| !int_fits(v, to)) {
+        return Err(rlx::Error::input(format!("element {i} ({}) does not fit {to}", values[i])));
+    }
+    if to == DType::I64 {
+        return HostTensor::from_i64(t.dims(), &values);
+    }
+    HostTensor::from_f64_as(to, t.dims(), &values.iter().map(|&v| v as f64).collect::<Vec<_>>())
 }
 
 /// Owns the bytes of an array made by [`tensor_to_py`] (its NumPy base object).
@@ -239,8 +309,9 @@ pub fn tensor_to_py(py: Python<'_>, t: HostTensor) -> PyResult<Bound<'_, PyAny>>
         return Ok(PyArray1::from_vec(py, t.to_f32_vec()).reshape(dims)?.into_any());
     };
     let mut dims: Vec<npy_intp> = t.dims().iter().map(|&d| d as npy_intp).collect();
-    let bytes = t.into_bytes();
-    let data = bytes.as_ptr() as *mut std::ffi::c_void;
+    let mut bytes = t.into_bytes();
+    // An empty array gets a NumPy allocation (a Vec's dangling pointer is unaligned).
+    let data = if bytes.is_empty() { std::ptr::null_mut() } else { bytes.as_mut_ptr().cast::<std::ffi::c_void>() };
     let owner = Py::new(py, Buffer(bytes))?;
     // SAFETY: `data` points at `dims` elements of `descr` (the tensor's bytes, now owned
     // by `owner`, whose heap buffer does not move); NewFromDescr steals the descr

@@ -1,8 +1,7 @@
 //! `rlx.Compiled`: a graph planned for a device; `run` takes and returns NumPy arrays.
 
-use crate::array::{dtype_arg, named_arrays, tensor_from_py, tensor_to_py};
-use crate::graph::convert;
-use crate::{detached, guarded};
+use crate::array::{convert, dtype_arg, named_arrays, tensor_from_py, tensor_to_py};
+use crate::{detached, guarded, lock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rlx::ir::TensorRef;
@@ -15,9 +14,13 @@ use std::sync::Mutex;
 #[pyclass(module = "rlx", name = "Compiled")]
 pub struct PyCompiled {
     compiled: Mutex<CompiledGraph>,
+    // What never changes, read without the lock (a getter must not wait, GIL held, for
+    // a run on another thread).
     inputs: Vec<Boundary>,
     params: Vec<Boundary>,
-    outputs: usize,
+    outputs: Vec<(DType, Vec<usize>)>,
+    device: Device,
+    arena_bytes: usize,
 }
 
 impl PyCompiled {
@@ -25,16 +28,12 @@ impl PyCompiled {
         PyCompiled {
             inputs: compiled.inputs().to_vec(),
             params: compiled.params().to_vec(),
-            outputs: compiled.outputs().len(),
+            outputs: compiled.outputs().to_vec(),
+            device: compiled.device(),
+            arena_bytes: compiled.arena_bytes(),
             compiled: Mutex::new(compiled),
         }
     }
-}
-
-fn lock(m: &Mutex<CompiledGraph>) -> std::sync::MutexGuard<'_, CompiledGraph> {
-    // A panic while locked is caught and reported where it happened; the graph's state
-    // is still a graph's state.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// (name, dtype, shape) of each boundary tensor.
@@ -68,9 +67,8 @@ impl PyCompiled {
         inputs: Option<&Bound<'py, PyAny>>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let named = named_arrays("run(inputs)", inputs, kwargs, |name| {
-            self.inputs.iter().find(|b| b.name == name).map(|b| b.dtype)
-        })?;
+        let named =
+            named_arrays("input", inputs, kwargs, |name| self.inputs.iter().find(|b| b.name == name).map(|b| b.dtype))?;
         let views: Vec<(&str, TensorRef)> =
             named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
         let compiled = &self.compiled;
@@ -94,7 +92,7 @@ impl PyCompiled {
     /// How many arrays `run` returns.
     #[getter]
     fn output_count(&self) -> usize {
-        self.outputs
+        self.outputs.len()
     }
 
     /// (name, dtype, shape) of each input.
@@ -112,19 +110,19 @@ impl PyCompiled {
     /// (dtype, shape) of each output.
     #[getter]
     fn outputs(&self) -> Vec<(&'static str, Vec<usize>)> {
-        lock(&self.compiled).outputs().iter().map(|(d, dims)| (d.name(), dims.clone())).collect()
+        self.outputs.iter().map(|(d, dims)| (d.name(), dims.clone())).collect()
     }
 
     /// Bytes of the arena holding the graph's intermediate tensors.
     #[getter]
     fn arena_bytes(&self) -> usize {
-        lock(&self.compiled).arena_bytes()
+        self.arena_bytes
     }
 
     /// "cpu" or "gpu".
     #[getter]
     fn device(&self) -> &'static str {
-        lock(&self.compiled).device().name()
+        self.device.name()
     }
 
     fn __repr__(&self) -> String {
@@ -133,7 +131,7 @@ impl PyCompiled {
             self.device(),
             self.input_names(),
             self.param_names(),
-            self.outputs
+            self.outputs.len()
         )
     }
 }

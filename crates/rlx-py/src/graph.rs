@@ -2,9 +2,9 @@
 //! the Rust `Graph` builders: every shape and dtype rule is the IR's, so an error names
 //! the op, shapes and dtypes exactly as it does from Rust.
 
-use crate::array::{dtype_arg, tensor_from_py};
+use crate::array::{convert, dtype_arg, int_fits, tensor_from_py};
 use crate::compiled::PyCompiled;
-use crate::{detached, guarded, to_py};
+use crate::{detached, guarded, threads_arg, to_py};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple};
@@ -31,8 +31,17 @@ pub struct PyValue {
 
 /// Adds a node built by `f` from `x`'s graph.
 fn build(py: Python<'_>, x: &PyValue, f: impl FnOnce(&mut Graph) -> rlx::Result<NodeId>) -> PyResult<PyValue> {
-    let id = guarded(|| f(&mut x.graph.borrow_mut(py).graph))?;
+    let id = edit(py, &x.graph, f)?;
     Ok(PyValue { graph: x.graph.clone_ref(py), id })
+}
+
+/// Runs `f` on `graph` for writing; a graph another thread is compiling or
+/// differentiating (with the GIL released) is an error, not a wait.
+fn edit<T>(py: Python<'_>, graph: &Py<PyGraph>, f: impl FnOnce(&mut Graph) -> rlx::Result<T>) -> PyResult<T> {
+    let mut g = graph.try_borrow_mut(py).map_err(|_| {
+        to_py(rlx::Error::input("the graph is in use by another thread (compile, grad or a Trainer is reading it)"))
+    })?;
+    guarded(|| f(&mut g.graph))
 }
 
 /// The node `other` stands for in `x`'s graph: a value of the same graph, or a Python
@@ -69,21 +78,7 @@ fn operand_as(py: Python<'_>, graph: &Py<PyGraph>, dtype: DType, other: &Bound<'
             other.get_type().name().map(|n| n.to_string()).unwrap_or_default()
         )));
     };
-    guarded(|| {
-        let t = scalar?;
-        graph.borrow_mut(py).graph.constant_tensor(t)
-    })
-}
-
-/// Whether integer `v` is a value of `dtype` (floats take any; i64 -> f64 rounds).
-fn int_fits(v: i64, dtype: DType) -> bool {
-    match dtype {
-        DType::I8 => i8::try_from(v).is_ok(),
-        DType::U8 => u8::try_from(v).is_ok(),
-        DType::I32 => i32::try_from(v).is_ok(),
-        DType::Bool => v == 0 || v == 1,
-        _ => true,
-    }
+    edit(py, graph, |g| g.constant_tensor(scalar?))
 }
 
 /// A possibly negative axis of a rank-`rank` value.
@@ -269,7 +264,10 @@ fn reduce(
 fn reshape(py: Python<'_>, x: &PyValue, shape: &Bound<'_, PyAny>) -> PyResult<PyValue> {
     let want: Vec<isize> = shape.extract()?;
     let numel: usize = x.graph.borrow(py).graph.dims(x.id).iter().product();
-    let known: usize = want.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let known = want.iter().filter(|&&d| d >= 0).try_fold(1usize, |p, &d| p.checked_mul(d as usize));
+    let Some(known) = known else {
+        return Err(to_py(rlx::Error::shape(format!("reshape: {want:?} has more elements than fit in memory"))));
+    };
     let mut dims = Vec::with_capacity(want.len());
     for (i, &d) in want.iter().enumerate() {
         dims.push(match d {
@@ -324,7 +322,7 @@ impl PyGraph {
         let want = dtype.map(dtype_arg).transpose()?;
         let t = tensor_from_py(array, want)?;
         let t = match want {
-            Some(d) if d != t.dtype() => guarded(|| convert(&t, d))?,
+            Some(d) if d != t.dtype() => guarded(|| convert(&t, d).map_err(|e| e.context("constant")))?,
             _ => t,
         };
         leaf(slf, |g| g.constant_tensor(t))
@@ -395,11 +393,8 @@ impl PyGraph {
         let compiled = detached(py, || {
             let mut options = CompileOptions::from_env()?;
             options.precision = PrecisionPolicy::parse(precision)?;
-            options.threads = threads.or(options.threads);
+            options.threads = threads_arg(threads)?.or(options.threads);
             options.fusion = fusion && options.fusion;
-            if threads == Some(0) {
-                return Err(rlx::Error::input("threads must be at least 1"));
-            }
             Session::new(Device::from_name(device)?)?.compile_with(graph, &options)
         })?;
         Ok(PyCompiled::new(compiled))
@@ -422,24 +417,9 @@ fn leaf_names(g: &Graph, ids: Vec<NodeId>) -> Vec<String> {
 }
 
 fn leaf(slf: &Bound<'_, PyGraph>, f: impl FnOnce(&mut Graph) -> rlx::Result<NodeId>) -> PyResult<PyValue> {
-    let id = guarded(|| f(&mut slf.borrow_mut().graph))?;
-    Ok(PyValue { graph: slf.clone().unbind(), id })
-}
-
-/// `t`'s values as dtype `to` (floats by value with one rounding, integers exactly when
-/// they fit).
-pub(crate) fn convert(t: &HostTensor, to: DType) -> rlx::Result<HostTensor> {
-    if t.dtype().is_float() || to.is_float() {
-        return HostTensor::from_f64_as(to, t.dims(), &t.to_f64_vec());
-    }
-    let values = t.to_i64_vec();
-    if to == DType::I64 {
-        return HostTensor::from_i64(t.dims(), &values);
-    }
-    if let Some(i) = values.iter().position(|&v| !int_fits(v, to)) {
-        return Err(rlx::Error::input(format!("constant: element {i} ({}) does not fit {to}", values[i])));
-    }
-    HostTensor::from_f64_as(to, t.dims(), &values.iter().map(|&v| v as f64).collect::<Vec<_>>())
+    let graph = slf.clone().unbind();
+    let id = edit(slf.py(), &graph, f)?;
+    Ok(PyValue { graph, id })
 }
 
 // ---- builders ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ mod train;
 
 use pyo3::prelude::*;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard};
 
 pyo3::create_exception!(
     rlx,
@@ -50,6 +51,20 @@ pub(crate) fn guarded<T>(f: impl FnOnce() -> rlx::Result<T>) -> PyResult<T> {
             Err(Error::new_err(format!("internal error: {what} (please report this)")))
         }
     }
+}
+
+/// The state behind a Python object. A panic while it was locked was caught and
+/// reported where it happened; the state is still usable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A `threads` argument: None (RLX_THREADS or every core) or at least 1.
+pub(crate) fn threads_arg(threads: Option<usize>) -> rlx::Result<Option<usize>> {
+    if threads == Some(0) {
+        return Err(rlx::Error::input("threads must be at least 1"));
+    }
+    Ok(threads)
 }
 
 /// The native module: classes, builders, the error type and the dtype objects.

@@ -3,13 +3,13 @@
 //! the CLI's text).
 
 use crate::array::tensor_to_py;
-use crate::detached;
+use crate::{detached, lock, threads_arg};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rlx::gguf::{Gguf, Value};
-use rlx::models::{Completion, GenerateStats, Llama, LlamaOptions, Sampler, SamplerConfig};
+use rlx::models::{Completion, GenerateStats, Llama, LlamaOptions, Sampler, SamplerConfig, StopStrings, TokenId};
 use rlx::prelude::*;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// A GGUF file, mapped: its metadata and tensors (dequantized to f32 on request).
 #[pyclass(module = "rlx", name = "GgufFile", frozen)]
@@ -98,10 +98,6 @@ struct Model {
 
 type Shared = Arc<Mutex<Model>>;
 
-fn lock(m: &Shared) -> MutexGuard<'_, Model> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// What a generate / stream call asked for.
 struct Request {
     prompt: String,
@@ -113,12 +109,14 @@ struct Request {
     special: bool,
 }
 
-/// Starts `r` on a fresh cache; returns the completion and its generation number.
+/// Starts `r` on a fresh cache; returns the completion and its generation number. A
+/// request that fails its checks leaves the model (and a stream on it) as it was.
 fn begin(model: &mut Model, r: &Request) -> rlx::Result<(Completion, u64)> {
-    model.generation += 1;
-    model.llama.reset();
     let prompt = model.llama.encode_request(&r.prompt, r.chat, r.system.as_deref(), r.special)?;
     let sampler = Sampler::new(r.sampler.clone())?;
+    StopStrings::new(&r.stop)?;
+    model.generation += 1;
+    model.llama.reset();
     Ok((Completion::begin(&mut model.llama, &prompt, r.max_tokens, sampler, &r.stop)?, model.generation))
 }
 
@@ -139,6 +137,13 @@ fn stats_dict<'py>(py: Python<'py>, s: &GenerateStats, finish: Option<&str>) -> 
 #[pyclass(module = "rlx", name = "Llama", frozen)]
 struct PyLlama {
     model: Shared,
+    // What never changes, read without the lock (a getter must not wait, GIL held, for
+    // a generation on another thread).
+    context: usize,
+    vocab_size: usize,
+    eos: Option<TokenId>,
+    bos: Option<TokenId>,
+    description: String,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -189,14 +194,31 @@ impl PyLlama {
         device: &str,
     ) -> PyResult<PyLlama> {
         let llama = detached(py, || {
-            if threads == Some(0) {
-                return Err(rlx::Error::input("threads must be at least 1"));
-            }
-            let options =
-                LlamaOptions { context: ctx, threads, q8_decode: !f32_decode, device: Device::from_name(device)? };
+            let options = LlamaOptions {
+                context: ctx,
+                threads: threads_arg(threads)?,
+                q8_decode: !f32_decode,
+                device: Device::from_name(device)?,
+            };
             Llama::load(&path, &options)
         })?;
-        Ok(PyLlama { model: Arc::new(Mutex::new(Model { llama, generation: 0, last_stats: None })) })
+        let c = &llama.config;
+        let description = format!(
+            "rlx.Llama({} layers, d_model {}, {} heads, vocab {}, context {})",
+            c.n_layer,
+            c.d_model,
+            c.n_head,
+            c.vocab,
+            llama.context()
+        );
+        Ok(PyLlama {
+            context: llama.context(),
+            vocab_size: llama.tokenizer.vocab_size(),
+            eos: llama.tokenizer.eos,
+            bos: llama.tokenizer.bos,
+            description,
+            model: Arc::new(Mutex::new(Model { llama, generation: 0, last_stats: None })),
+        })
     }
 
     /// Token ids of `text`; `add_special` adds the tokens the model puts before a prompt
@@ -293,45 +315,37 @@ impl PyLlama {
     /// finish_reason ("stop" or "length"); None before the first.
     #[getter]
     fn last_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let m = lock(&self.model);
-        m.last_stats.as_ref().map(|(s, f)| stats_dict(py, s, *f)).transpose()
+        let model = &self.model;
+        let stats = py.detach(|| lock(model).last_stats.clone());
+        stats.map(|(s, f)| stats_dict(py, &s, f)).transpose()
     }
 
     /// KV cache rows: the most tokens prompt and continuation can hold together.
     #[getter]
     fn context(&self) -> usize {
-        lock(&self.model).llama.context()
+        self.context
     }
 
     /// Tokens in the vocabulary.
     #[getter]
     fn vocab_size(&self) -> usize {
-        lock(&self.model).llama.tokenizer.vocab_size()
+        self.vocab_size
     }
 
     /// The end-of-sequence token id, if the model has one.
     #[getter]
     fn eos_token(&self) -> Option<u32> {
-        lock(&self.model).llama.tokenizer.eos
+        self.eos
     }
 
     /// The beginning-of-sequence token id, if the model has one.
     #[getter]
     fn bos_token(&self) -> Option<u32> {
-        lock(&self.model).llama.tokenizer.bos
+        self.bos
     }
 
     fn __repr__(&self) -> String {
-        let m = lock(&self.model);
-        let c = &m.llama.config;
-        format!(
-            "rlx.Llama({} layers, d_model {}, {} heads, vocab {}, context {})",
-            c.n_layer,
-            c.d_model,
-            c.n_head,
-            c.vocab,
-            m.llama.context()
-        )
+        self.description.clone()
     }
 }
 
@@ -353,7 +367,7 @@ impl PyStream {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<String>> {
         let (model, state, generation) = (&self.model, &self.state, self.generation);
         detached(py, || {
-            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = lock(state);
             let Some(completion) = state.as_mut() else { return Ok(None) };
             let mut m = lock(model);
             if m.generation != generation {
@@ -362,12 +376,16 @@ impl PyStream {
                     "this stream was ended by a later generate or stream call on the same model",
                 ));
             }
-            let piece = completion.next_text(&mut m.llama)?;
-            if piece.is_none() {
+            // The generation ends with an error too (Llama::next_token).
+            let piece = completion.next_text(&mut m.llama);
+            if let Ok(None) = piece {
                 m.last_stats =
                     Some((completion.generation.stats.clone(), completion.finish_reason().map(|f| f.name())));
+            }
+            if !matches!(piece, Ok(Some(_))) {
                 *state = None;
             }
+            let piece = piece?;
             Ok(piece)
         })
     }

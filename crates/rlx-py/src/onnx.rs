@@ -2,7 +2,7 @@
 //! distinct input shape, cached).
 
 use crate::array::{named_arrays, tensor_to_py};
-use crate::detached;
+use crate::{detached, lock, threads_arg};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use rlx::prelude::*;
@@ -52,7 +52,7 @@ impl PyOnnxModel {
 
     /// Runs on `inputs` (name -> array); returns the outputs in graph output order.
     fn run<'py>(&self, py: Python<'py>, inputs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-        let named = named_arrays("run(inputs)", Some(inputs), None, |name| {
+        let named = named_arrays("input", Some(inputs), None, |name| {
             self.inputs.iter().find(|t| t.name == name).and_then(|t| t.dtype)
         })?;
         let named: Vec<(String, HostTensor)> =
@@ -60,7 +60,7 @@ impl PyOnnxModel {
         let model = &self.model;
         let outputs = detached(py, || {
             let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            model.lock().unwrap_or_else(|p| p.into_inner()).run(&refs)
+            lock(model).run(&refs)
         })?;
         PyList::new(py, outputs.into_iter().map(|t| tensor_to_py(py, t)).collect::<PyResult<Vec<_>>>()?)
     }
@@ -78,10 +78,8 @@ fn onnx_load(py: Python<'_>, path: std::path::PathBuf, device: &str, threads: Op
     let model = detached(py, || {
         let mut m = OnnxModel::load(&path)?;
         m.set_device(Device::from_name(device)?)?;
-        match threads {
-            Some(0) => return Err(rlx::Error::input("threads must be at least 1")),
-            Some(n) => m.set_threads(n),
-            None => {}
+        if let Some(n) = threads_arg(threads)? {
+            m.set_threads(n);
         }
         Ok(m)
     })?;

@@ -3,9 +3,10 @@
 //! optax-equivalent optimizer).
 
 use crate::array::{named_arrays, tensor_to_py};
-use crate::{detached, guarded};
+use crate::{detached, lock, threads_arg};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use rlx::ir::TensorRef;
 use rlx::optim::{Rule, Schedule};
 use rlx::prelude::*;
 use rlx::train::GraphTrainer;
@@ -31,10 +32,6 @@ fn rule(name: &str, weight_decay: Option<f32>, momentum: f32, nesterov: bool) ->
         "lion" => Rule::lion(weight_decay.unwrap_or(0.0)),
         other => return Err(rlx::Error::input(format!("unknown optimizer '{other}' (sgd, adam, adamw, lion)"))),
     })
-}
-
-fn lock(m: &Mutex<GraphTrainer>) -> std::sync::MutexGuard<'_, GraphTrainer> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[pymethods]
@@ -74,7 +71,7 @@ impl PyTrainer {
             graph.params().into_iter().map(|p| (leaf(p), graph.dims(p).to_vec())).collect();
         let inputs: Vec<(String, DType)> = graph.inputs().into_iter().map(|i| (leaf(i), graph.dtype(i))).collect();
         let mut init = Vec::with_capacity(params.len());
-        for (name, t) in named_arrays("params", Some(params.as_any()), None, |_| Some(DType::F32))? {
+        for (name, t) in named_arrays("param", Some(params.as_any()), None, |_| Some(DType::F32))? {
             let t = t.view()?;
             if let Some((_, dims)) = declared.iter().find(|(n, _)| *n == name).filter(|(_, d)| d.as_slice() != t.dims())
             {
@@ -102,11 +99,7 @@ impl PyTrainer {
             };
             let mut options = CompileOptions::from_env()?;
             options.precision = PrecisionPolicy::parse(precision)?;
-            match threads {
-                Some(0) => return Err(rlx::Error::input("threads must be at least 1")),
-                Some(n) => options.threads = Some(n),
-                None => {}
-            }
+            options.threads = threads_arg(threads)?.or(options.threads);
             let session = Session::new(Device::from_name(device)?)?;
             let mut t = GraphTrainer::new(&session, graph, init, rule, schedule, &options)?;
             if let Some(c) = clip_norm {
@@ -134,25 +127,31 @@ impl PyTrainer {
         inputs: Option<&Bound<'_, PyAny>>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<f32> {
-        let named = named_arrays("step(inputs)", inputs, kwargs, |name| {
-            self.inputs.iter().find(|(n, _)| n == name).map(|(_, d)| *d)
-        })?;
-        let named: Vec<(String, HostTensor)> =
-            named.into_iter().map(|(n, t)| Ok((n, t.view()?.to_host()))).collect::<PyResult<_>>()?;
+        let named =
+            named_arrays("input", inputs, kwargs, |name| self.inputs.iter().find(|(n, _)| n == name).map(|(_, d)| *d))?;
+        let views: Vec<(&str, TensorRef)> =
+            named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
         let trainer = &self.trainer;
-        detached(py, || {
-            let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            lock(trainer).step(&refs)
-        })
+        detached(py, || lock(trainer).step(&views))
     }
 
     /// The current params (f32 master copies) by name.
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        // Copied out with the GIL released (a step on another thread may hold the
+        // trainer), then made arrays without the lock.
+        let trainer = &self.trainer;
+        let params = &self.params;
+        let tensors = detached(py, || {
+            let t = lock(trainer);
+            params
+                .iter()
+                .zip(&t.params)
+                .map(|((_, dims), values)| HostTensor::from_f32(dims, values))
+                .collect::<rlx::Result<Vec<_>>>()
+        })?;
         let d = PyDict::new(py);
-        let t = lock(&self.trainer);
-        for ((name, dims), values) in self.params.iter().zip(&t.params) {
-            let tensor = guarded(|| HostTensor::from_f32(dims, values))?;
+        for ((name, _), tensor) in self.params.iter().zip(tensors) {
             d.set_item(name, tensor_to_py(py, tensor)?)?;
         }
         Ok(d)
@@ -160,20 +159,25 @@ impl PyTrainer {
 
     /// Updates applied so far.
     #[getter]
-    fn steps(&self) -> u64 {
-        lock(&self.trainer).optimizer.state.step
+    fn steps(&self, py: Python<'_>) -> u64 {
+        let trainer = &self.trainer;
+        py.detach(|| lock(trainer).optimizer.state.step)
     }
 
     /// The learning rate of the next update.
     #[getter]
-    fn lr(&self) -> f32 {
-        let t = lock(&self.trainer);
-        t.optimizer.schedule.rate(t.optimizer.state.step)
+    fn lr(&self, py: Python<'_>) -> f32 {
+        let trainer = &self.trainer;
+        py.detach(|| {
+            let t = lock(trainer);
+            t.optimizer.schedule.rate(t.optimizer.state.step)
+        })
     }
 
     /// The optimizer (hyper-parameters, step, moments) as JSON, for checkpoints.
-    fn optimizer_json(&self) -> PyResult<String> {
-        guarded(|| lock(&self.trainer).optimizer.to_json())
+    fn optimizer_json(&self, py: Python<'_>) -> PyResult<String> {
+        let trainer = &self.trainer;
+        detached(py, || lock(trainer).optimizer.to_json())
     }
 }
 

@@ -269,6 +269,42 @@ def test_params_convert_to_their_dtype():
     assert c.param_names == ["w"] and c.input_names == [] and c.output_count == 1
 
 
+def test_empty_scalar_and_unaligned_arrays():
+    # Zero-size and 0-d inputs and outputs.
+    assert run1(lambda v: v * 2, np.zeros((0, 3), np.float32)).shape == (0, 3)
+    out = run1(lambda v: v + 1, np.array(2.5, np.float32))
+    assert out.shape == () and out == 3.5
+    # An unaligned buffer is read by value.
+    raw = np.arange(17, dtype=np.float32).tobytes()
+    x = np.frombuffer(b"\0" + raw, dtype=np.float32, offset=1)
+    assert not x.flags["ALIGNED"]
+    assert np.array_equal(run1(lambda v: v * 1.0, x), np.arange(17, dtype=np.float32))
+    # Outputs own their bytes: valid and writable after the program is gone.
+    g = rlx.Graph()
+    g.set_outputs([g.input("x", rlx.float32, (3,)) * 2])
+    c = g.compile()
+    (o,) = c.run(x=np.ones(3, np.float32))
+    del c, g
+    import gc
+
+    gc.collect()
+    o[0] = 7
+    assert o.tolist() == [7.0, 2.0, 2.0] and o.flags["WRITEABLE"]
+
+
+def test_python_numbers_convert_exactly_to_integer_inputs():
+    g = rlx.Graph()
+    g.set_outputs([g.input("i", rlx.uint8, (2,)) + 1])
+    c = g.compile()
+    assert c.run(i=[3, 254])[0].tolist() == [4, 255]
+    with pytest.raises(rlx.Error, match=r"input 'i'.*300"):
+        c.run(i=[3, 300])
+    with pytest.raises(rlx.Error, match=r"input 'i'.*1.5"):
+        c.run(i=[3, 1.5])
+    with pytest.raises(TypeError, match="None is not a dtype"):
+        rlx.Graph().input("x", None, (1,))
+
+
 def test_dtype_arguments():
     for arg in (rlx.float32, "f32", "float32", np.float32, np.dtype("float32")):
         assert rlx.Graph().input("x", arg, (1,)).dtype == "f32"
@@ -359,6 +395,34 @@ def test_json_round_trip_and_precision():
 
 def test_runs_release_the_gil_and_are_thread_safe():
     import threading
+
+    # A run long enough to see: a Python thread makes progress during it only if the
+    # GIL is released (a thread cannot run Python while another holds the GIL).
+    g = rlx.Graph()
+    x = g.input("x", rlx.float32, (512, 512))
+    y = x
+    for _ in range(8):
+        y = rlx.tanh(y @ x)
+    g.set_outputs([y])
+    c = g.compile(threads=1)
+    xs = (RNG.standard_normal((512, 512)) / 30).astype(np.float32)
+    c.run(x=xs)
+    ticks, running = [0], threading.Event()
+
+    def count():
+        while not running.is_set():
+            pass
+        while running.is_set():
+            ticks[0] += 1
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    running.set()
+    c.run(x=xs)
+    during = ticks[0]
+    running.clear()
+    counter.join()
+    assert during > 0
 
     g = rlx.Graph()
     x = g.input("x", rlx.float32, (64, 64))

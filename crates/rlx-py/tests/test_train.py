@@ -39,6 +39,24 @@ def test_one_sgd_step_is_the_gradient_step():
     assert t.steps == 1
 
 
+def test_param_order_and_a_loss_of_shape_1():
+    # Params given in another order than declared; the loss is [1], not a scalar.
+    x, y = data()
+    g = rlx.Graph("regression1")
+    xi = g.input("x", rlx.float32, x.shape)
+    yi = g.input("y", rlx.float32, y.shape)
+    w = g.param("w", rlx.float32, (3, 1))
+    b = g.param("b", rlx.float32, (1,))
+    g.set_outputs([rlx.mean((xi @ w + b - yi) ** 2, axes=0)])
+    b0, w0 = np.array([0.5], np.float32), np.array([[1.0], [0.0], [-1.0]], np.float32)
+    t = rlx.Trainer(g, {"b": b0, "w": w0}, optimizer="sgd", lr=0.1)
+    loss = t.step(x=x, y=y)
+    r = x.astype(np.float64) @ w0 + b0 - y
+    assert np.isclose(loss, (r**2).mean(), rtol=1e-6)
+    assert np.allclose(t.params["w"], w0 - 0.1 * 2 * x.T.astype(np.float64) @ r / len(x), rtol=1e-5, atol=1e-7)
+    assert np.allclose(t.params["b"], b0 - 0.1 * 2 * r.mean(0), rtol=1e-5, atol=1e-7)
+
+
 def test_adam_first_step_moves_each_weight_by_lr():
     # optax: m = (1-b1) g, v = (1-b2) g^2, bias-corrected: update = g / (|g| + eps) -> sign(g).
     x, y = data()

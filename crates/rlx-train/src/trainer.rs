@@ -12,7 +12,7 @@ use crate::models::Network;
 use rlx_autodiff::grad_with_loss;
 use rlx_compile::passes::params_stored_as;
 use rlx_ir::shape::fmt_type;
-use rlx_ir::{DType, Error, Graph, HostTensor, Result};
+use rlx_ir::{Error, Graph, HostTensor, Result, TensorRef};
 use rlx_optim::{Optimizer, Rule, Schedule};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, Session};
 
@@ -26,7 +26,8 @@ pub struct GraphTrainer {
     /// The f32 master copy of each param, in [`GraphTrainer::names`] order.
     pub params: Vec<Vec<f32>>,
     pub optimizer: Optimizer,
-    seed: HostTensor,
+    /// The gradient graph's seed input ("d_output", shaped like the loss) and its 1.
+    seed: (String, HostTensor),
 }
 
 impl GraphTrainer {
@@ -67,15 +68,17 @@ impl GraphTrainer {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let grad = grad_with_loss(loss, &refs)?;
         let step = session.compile_with(&with_half_params(&grad, options)?, options)?;
+        // The input grad_with_loss added: shaped and typed like the loss ([] or [1], f32
+        // or another float), named "d_output" unless the loss graph took that name.
+        let seed = step
+            .inputs()
+            .iter()
+            .find(|b| !loss.inputs().iter().any(|&i| loss.node(i).and_then(|n| n.leaf_name()) == Some(b.name.as_str())))
+            .ok_or_else(|| Error::internal("the gradient graph has no seed input"))?;
+        let seed = (seed.name.clone(), HostTensor::from_f32_as(seed.dtype, &seed.dims, &[1.0])?);
         let params: Vec<Vec<f32>> = params.into_iter().map(|(_, v)| v).collect();
         let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
-        Ok(GraphTrainer {
-            optimizer: Optimizer::new(rule, schedule, &sizes),
-            step,
-            names,
-            params,
-            seed: HostTensor::from_f32_as(DType::F32, &[], &[1.0])?,
-        })
+        Ok(GraphTrainer { optimizer: Optimizer::new(rule, schedule, &sizes), step, names, params, seed })
     }
 
     /// The params' names, in the order of [`GraphTrainer::params`].
@@ -93,13 +96,13 @@ impl GraphTrainer {
         set_params(&self.names, &self.params, c)
     }
 
-    /// One update on a batch (the loss graph's inputs by name); returns the batch loss
-    /// (before the update).
-    pub fn step(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<f32> {
+    /// One update on a batch (the loss graph's inputs by name, borrowed); returns the
+    /// batch loss (before the update).
+    pub fn step(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<f32> {
         set_params(&self.names, &self.params, &mut self.step)?;
         let mut all = inputs.to_vec();
-        all.push(("d_output", &self.seed));
-        let mut out = self.step.run_typed(&all)?;
+        all.push((&self.seed.0, self.seed.1.view()));
+        let mut out = self.step.run_views(&all)?;
         let loss = out[0].to_f32_vec()[0];
         let mut grads: Vec<Vec<f32>> = out.drain(1..).map(|t| t.to_f32_vec()).collect();
         self.optimizer.step(&mut self.params, &mut grads)?;
@@ -163,7 +166,7 @@ impl Trainer {
 
     /// One update on a batch; returns the batch loss (before the update).
     pub fn step(&mut self, x: &HostTensor, y: &HostTensor) -> Result<f32> {
-        self.core.step(&[("x", x), ("y", y)])
+        self.core.step(&[("x", x.view()), ("y", y.view())])
     }
 
     /// Loss and logits on a batch of any size (its graph compiles on first use).
