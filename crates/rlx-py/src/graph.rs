@@ -90,6 +90,18 @@ fn axis(rank: usize, a: isize, what: &str) -> PyResult<usize> {
     Ok(if a < 0 { (a + r) as usize } else { a as usize })
 }
 
+/// A shape argument: a sequence of ints, each >= 0 (an error names a negative one).
+fn shape_arg(what: &str, shape: Vec<i64>) -> PyResult<Vec<usize>> {
+    shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            usize::try_from(d)
+                .map_err(|_| to_py(rlx::Error::shape(format!("{what}: dim {i} of {shape:?} is negative"))))
+        })
+        .collect()
+}
+
 fn axes_arg(rank: usize, axes: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<usize>> {
     let Some(axes) = axes.filter(|a| !a.is_none()) else {
         return Ok((0..rank).collect());
@@ -301,14 +313,16 @@ impl PyGraph {
     }
 
     /// A named input: fed to every run.
-    fn input(slf: &Bound<'_, Self>, name: &str, dtype: &Bound<'_, PyAny>, shape: Vec<usize>) -> PyResult<PyValue> {
+    fn input(slf: &Bound<'_, Self>, name: &str, dtype: &Bound<'_, PyAny>, shape: Vec<i64>) -> PyResult<PyValue> {
         let d = dtype_arg(dtype)?;
+        let shape = shape_arg(&format!("input '{name}'"), shape)?;
         leaf(slf, |g| g.input(name, d, &shape))
     }
 
     /// A named param: set once with `Compiled.set_param`, kept between runs.
-    fn param(slf: &Bound<'_, Self>, name: &str, dtype: &Bound<'_, PyAny>, shape: Vec<usize>) -> PyResult<PyValue> {
+    fn param(slf: &Bound<'_, Self>, name: &str, dtype: &Bound<'_, PyAny>, shape: Vec<i64>) -> PyResult<PyValue> {
         let d = dtype_arg(dtype)?;
+        let shape = shape_arg(&format!("param '{name}'"), shape)?;
         leaf(slf, |g| g.param(name, d, &shape))
     }
 
@@ -551,16 +565,18 @@ fn concat(py: Python<'_>, xs: &Bound<'_, PyAny>, axis: isize) -> PyResult<PyValu
 
 /// `len` elements of `x` along `axis` from `start`.
 #[pyfunction]
-fn narrow(py: Python<'_>, x: &Bound<'_, PyValue>, axis: isize, start: usize, len: usize) -> PyResult<PyValue> {
+fn narrow(py: Python<'_>, x: &Bound<'_, PyValue>, axis: isize, start: i64, len: i64) -> PyResult<PyValue> {
     let x = x.get();
+    let bounds = shape_arg("narrow (start, len)", vec![start, len])?;
     let a = self::axis(x.rank(py), axis, "narrow")?;
-    build(py, x, |g| g.narrow(x.id, a, start, len))
+    build(py, x, |g| g.narrow(x.id, a, bounds[0], bounds[1]))
 }
 
 /// `x` broadcast to `shape` (NumPy rules).
 #[pyfunction]
-fn broadcast_to(py: Python<'_>, x: &Bound<'_, PyValue>, shape: Vec<usize>) -> PyResult<PyValue> {
+fn broadcast_to(py: Python<'_>, x: &Bound<'_, PyValue>, shape: Vec<i64>) -> PyResult<PyValue> {
     let x = x.get();
+    let shape = shape_arg("broadcast_to", shape)?;
     build(py, x, |g| g.expand(x.id, &shape))
 }
 

@@ -303,6 +303,10 @@ def test_python_numbers_convert_exactly_to_integer_inputs():
         c.run(i=[3, 1.5])
     with pytest.raises(TypeError, match="None is not a dtype"):
         rlx.Graph().input("x", None, (1,))
+    with pytest.raises(rlx.Error, match=r"input 'x': dim 1 of \[2, -3\] is negative"):
+        rlx.Graph().input("x", rlx.float32, (2, -3))
+    with pytest.raises(rlx.Error, match="negative"):
+        rlx.narrow(rlx.Graph().input("x", rlx.float32, (4,)), 0, -1, 2)
 
 
 def test_dtype_arguments():
