@@ -96,7 +96,7 @@ impl HostTensor {
     }
     /// Number of elements.
     pub fn len(&self) -> usize {
-        numel(&self.dims)
+        self.view().len()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -160,6 +160,13 @@ impl<'a> TensorRef<'a> {
     }
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        numel(self.dims)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// An owned copy.

@@ -8,7 +8,7 @@ use crate::tensor::ExternalData;
 use bytes::Bytes;
 use prost::Message;
 use rlx_ir::shape::fmt_type;
-use rlx_ir::{DType, Error, Graph, HostTensor, Result};
+use rlx_ir::{DType, Error, Graph, HostTensor, Result, TensorRef};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, ParamBuffer, Session};
 use std::collections::HashMap;
 use std::path::Path;
@@ -287,7 +287,7 @@ impl OnnxModel {
     fn import(
         &self,
         shapes: &[Vec<usize>],
-        values: &HashMap<&str, &HostTensor>,
+        values: &HashMap<&str, TensorRef<'_>>,
     ) -> std::result::Result<(Graph, Vec<(String, ParamBuffer)>), (Error, Vec<String>)> {
         let mut imp = Importer::new(self.graph.name(), self.opset, &self.initializers, &self.external, &self.derived);
         match self.import_into(&mut imp, shapes, values) {
@@ -300,7 +300,7 @@ impl OnnxModel {
         &self,
         imp: &mut Importer,
         shapes: &[Vec<usize>],
-        values: &HashMap<&str, &HostTensor>,
+        values: &HashMap<&str, TensorRef<'_>>,
     ) -> Result<()> {
         let mut symbols: HashMap<&str, usize> = HashMap::new();
         for (info, dims) in self.inputs.iter().zip(shapes) {
@@ -329,7 +329,7 @@ impl OnnxModel {
                 symbols.insert(name, got);
             }
             let id = match values.get(info.name.as_str()) {
-                Some(v) => imp.g.constant_tensor((*v).clone())?,
+                Some(v) => imp.g.constant_tensor(v.to_host())?,
                 None => imp.g.input(&info.name, dtype, dims)?,
             };
             imp.define(&info.name, id);
@@ -346,6 +346,13 @@ impl OnnxModel {
     /// Binds symbolic dims from the inputs' shapes, compiles once per distinct input shape
     /// (cached) and runs; outputs in graph output order.
     pub fn run(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
+        let views: Vec<(&str, TensorRef)> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+        self.run_views(&views)
+    }
+
+    /// [`OnnxModel::run`] on borrowed tensors (a caller's buffers: NumPy arrays, mapped
+    /// files), read in place.
+    pub fn run_views(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<HostTensor>> {
         let ordered = self.order_inputs(inputs)?;
         let mut key = self.key(&ordered);
         if !self.cache.contains_key(&key) {
@@ -372,7 +379,8 @@ impl OnnxModel {
     /// tests compare both RLX and onnxruntime against. Outputs are f64 where `run`'s are
     /// float.
     pub fn reference_f64(&mut self, inputs: &[(&str, &HostTensor)]) -> Result<Vec<HostTensor>> {
-        let ordered = self.order_inputs(inputs)?;
+        let views: Vec<(&str, TensorRef)> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+        let ordered = self.order_inputs(&views)?;
         let (graph, params) = self.import_specialized(&ordered)?;
         let mut compiled = Session::new(Device::Cpu)?.compile(&graph.retyped(DType::F64)?)?;
         for (name, buffer) in &params {
@@ -384,16 +392,16 @@ impl OnnxModel {
                 if t.dtype().is_float() {
                     HostTensor::from_f64_as(DType::F64, t.dims(), &t.to_f64_vec())
                 } else {
-                    Ok((*t).clone())
+                    Ok(t.to_host())
                 }
             })
             .collect::<Result<_>>()?;
-        let refs: Vec<&HostTensor> = wide.iter().collect();
-        run_on(&mut compiled, &self.inputs, &refs)
+        let views: Vec<TensorRef> = wide.iter().map(HostTensor::view).collect();
+        run_on(&mut compiled, &self.inputs, &views)
     }
 
     /// The caller's inputs in model order, each checked against its declaration.
-    fn order_inputs<'a>(&self, inputs: &[(&str, &'a HostTensor)]) -> Result<Vec<&'a HostTensor>> {
+    fn order_inputs<'a>(&self, inputs: &[(&str, TensorRef<'a>)]) -> Result<Vec<TensorRef<'a>>> {
         let mut ordered = Vec::with_capacity(self.inputs.len());
         for info in &self.inputs {
             let mut given = inputs.iter().filter(|(n, _)| *n == info.name);
@@ -420,7 +428,7 @@ impl OnnxModel {
     }
 
     /// The cache key of these inputs under the current specialization.
-    fn key(&self, ordered: &[&HostTensor]) -> ShapeKey {
+    fn key(&self, ordered: &[TensorRef<'_>]) -> ShapeKey {
         let shapes = ordered.iter().map(|t| t.dims().to_vec()).collect();
         let values = self
             .inputs
@@ -435,10 +443,10 @@ impl OnnxModel {
     /// Imports for these inputs' shapes, learning which small inputs an operand needs at
     /// compile time (they become constants of this and later programs).
     #[allow(clippy::type_complexity)]
-    fn import_specialized(&mut self, ordered: &[&HostTensor]) -> Result<(Graph, Vec<(String, ParamBuffer)>)> {
+    fn import_specialized(&mut self, ordered: &[TensorRef<'_>]) -> Result<(Graph, Vec<(String, ParamBuffer)>)> {
         let shapes: Vec<Vec<usize>> = ordered.iter().map(|t| t.dims().to_vec()).collect();
         loop {
-            let values: HashMap<&str, &HostTensor> = self
+            let values: HashMap<&str, TensorRef> = self
                 .inputs
                 .iter()
                 .zip(ordered)
@@ -466,14 +474,14 @@ impl OnnxModel {
 
 /// Runs `compiled` on the inputs it declares (specialized inputs are constants in it, and
 /// an input no output depends on is dropped).
-fn run_on(compiled: &mut CompiledGraph, infos: &[TensorInfo], ordered: &[&HostTensor]) -> Result<Vec<HostTensor>> {
-    let named: Vec<(&str, &HostTensor)> = infos
+fn run_on(compiled: &mut CompiledGraph, infos: &[TensorInfo], ordered: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
+    let named: Vec<(&str, TensorRef)> = infos
         .iter()
         .zip(ordered)
         .filter(|(i, _)| compiled.inputs().iter().any(|b| b.name == i.name))
         .map(|(i, t)| (i.name.as_str(), *t))
         .collect();
-    compiled.run_typed(&named)
+    compiled.run_views(&named)
 }
 
 fn collect_unsupported(graph: &GraphProto, opset: i64, found: &mut Vec<String>) {

@@ -5,6 +5,7 @@ use crate::array::{named_arrays, tensor_to_py};
 use crate::{detached, lock, threads_arg};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
+use rlx::ir::TensorRef;
 use rlx::prelude::*;
 use std::sync::Mutex;
 
@@ -55,13 +56,10 @@ impl PyOnnxModel {
         let named = named_arrays("input", Some(inputs), None, |name| {
             self.inputs.iter().find(|t| t.name == name).and_then(|t| t.dtype)
         })?;
-        let named: Vec<(String, HostTensor)> =
-            named.into_iter().map(|(n, t)| Ok((n, t.view()?.to_host()))).collect::<PyResult<_>>()?;
+        let views: Vec<(&str, TensorRef)> =
+            named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
         let model = &self.model;
-        let outputs = detached(py, || {
-            let refs: Vec<(&str, &HostTensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-            lock(model).run(&refs)
-        })?;
+        let outputs = detached(py, || lock(model).run_views(&views))?;
         PyList::new(py, outputs.into_iter().map(|t| tensor_to_py(py, t)).collect::<PyResult<Vec<_>>>()?)
     }
 
