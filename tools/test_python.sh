@@ -7,6 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v python3 >/dev/null || { echo "tools/test_python.sh needs python3 (>= 3.9) with venv" >&2; exit 1; }
+# Debian's own python3 ships venv / ensurepip separately.
+if ! python3 -c "import ensurepip, venv" 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    else
+        echo "tools/test_python.sh needs python3's venv module (apt-get install python3-venv)" >&2
+        exit 1
+    fi
+fi
 cache="${RLX_MODELS:-$HOME/.cache/rlx}"
 venv="$cache/py-venv"
 req=crates/rlx-py/requirements-test.txt
