@@ -572,8 +572,7 @@ impl Llama {
                 break;
             }
         }
-        let stats = generation.stats.clone();
-        Ok((generation.tokens, stats))
+        Ok((generation.tokens, generation.stats))
     }
 
     /// Starts a generation: compiles what `prompt` needs and prefills it after what the

@@ -208,15 +208,12 @@ pub fn array_from_py<'py>(obj: &Bound<'py, PyAny>, like: Option<DType>) -> PyRes
         .map_err(|e| PyTypeError::new_err(format!("expected a NumPy array, got {}: {e}", repr(obj))))?
         .cast_into::<PyUntypedArray>()?;
     let t = borrow_array(array)?;
-    match like.filter(|d| !d.is_float()) {
-        Some(want) => {
+    match (&t, like.filter(|d| !d.is_float())) {
+        (Tensor::Array { dtype, .. }, Some(want)) if *dtype != want => {
             let host = t.view()?.to_host();
-            if host.dtype() == want {
-                return Ok(t);
-            }
             crate::guarded(|| convert(&host, want)).map(Tensor::Owned)
         }
-        None => Ok(t),
+        _ => Ok(t),
     }
 }
 
@@ -233,7 +230,7 @@ fn in_context(py: Python<'_>, e: PyErr, context: &str) -> PyErr {
 }
 
 /// The (name, array) pairs of a call like `run(inputs, **kwargs)`, in the order given:
-/// the dict `inputs` (None: nothing), then the keywords, each checked (errors name it:
+/// the dict `inputs` (None: nothing), then the keywords (errors name the entry:
 /// "`role` 'name': ..."). `like(name)` is the dtype a non-array for that name is made as.
 pub fn named_arrays<'py>(
     role: &str,
@@ -255,13 +252,24 @@ pub fn named_arrays<'py>(
                 .map_err(|_| PyTypeError::new_err(format!("{role} names must be strings")))?
                 .to_cow()?
                 .into_owned();
-            let context = |e| in_context(d.py(), e, &format!("{role} '{name}'"));
-            let t = array_from_py(&v, like(&name)).map_err(context)?;
-            t.view().map_err(context)?;
+            let t = array_from_py(&v, like(&name)).map_err(|e| in_context(d.py(), e, &format!("{role} '{name}'")))?;
             named.push((name, t));
         }
     }
     Ok(named)
+}
+
+/// The views of [`named_arrays`]' tensors, checked once (a bool array's bytes must be
+/// 0 or 1; an error names the entry).
+pub fn views<'a>(
+    py: Python<'_>,
+    role: &str,
+    named: &'a [(String, Tensor<'_>)],
+) -> PyResult<Vec<(&'a str, TensorRef<'a>)>> {
+    named
+        .iter()
+        .map(|(n, t)| Ok((n.as_str(), t.view().map_err(|e| in_context(py, e, &format!("{role} '{n}'")))?)))
+        .collect()
 }
 
 /// [`array_from_py`] as an owned tensor.

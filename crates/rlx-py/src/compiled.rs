@@ -1,6 +1,6 @@
 //! `rlx.Compiled`: a graph planned for a device; `run` takes and returns NumPy arrays.
 
-use crate::array::{convert, dtype_arg, named_arrays, tensor_from_py, tensor_to_py};
+use crate::array::{convert, dtype_arg, named_arrays, tensor_from_py, tensor_to_py, views};
 use crate::{detached, guarded, lock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -69,8 +69,7 @@ impl PyCompiled {
     ) -> PyResult<Bound<'py, PyList>> {
         let named =
             named_arrays("input", inputs, kwargs, |name| self.inputs.iter().find(|b| b.name == name).map(|b| b.dtype))?;
-        let views: Vec<(&str, TensorRef)> =
-            named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
+        let views: Vec<(&str, TensorRef)> = views(py, "input", &named)?;
         let compiled = &self.compiled;
         let outputs = detached(py, || lock(compiled).run_views(&views))?;
         let arrays = outputs.into_iter().map(|t| tensor_to_py(py, t)).collect::<PyResult<Vec<_>>>()?;

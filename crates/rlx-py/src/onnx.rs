@@ -1,7 +1,7 @@
 //! `rlx.onnx.load` and `rlx.OnnxModel`: ONNX files through rlx-onnx (import once per
 //! distinct input shape, cached).
 
-use crate::array::{named_arrays, tensor_to_py};
+use crate::array::{named_arrays, tensor_to_py, views};
 use crate::{detached, lock, threads_arg};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -56,8 +56,7 @@ impl PyOnnxModel {
         let named = named_arrays("input", Some(inputs), None, |name| {
             self.inputs.iter().find(|t| t.name == name).and_then(|t| t.dtype)
         })?;
-        let views: Vec<(&str, TensorRef)> =
-            named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
+        let views: Vec<(&str, TensorRef)> = views(py, "input", &named)?;
         let model = &self.model;
         let outputs = detached(py, || lock(model).run_views(&views))?;
         PyList::new(py, outputs.into_iter().map(|t| tensor_to_py(py, t)).collect::<PyResult<Vec<_>>>()?)

@@ -2,7 +2,7 @@
 //! `GraphTrainer` (the gradient graph compiled once, f32 master params on the host, an
 //! optax-equivalent optimizer).
 
-use crate::array::{named_arrays, tensor_to_py};
+use crate::array::{named_arrays, tensor_to_py, views};
 use crate::{detached, lock, threads_arg};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -71,8 +71,8 @@ impl PyTrainer {
             graph.params().into_iter().map(|p| (leaf(p), graph.dims(p).to_vec())).collect();
         let inputs: Vec<(String, DType)> = graph.inputs().into_iter().map(|i| (leaf(i), graph.dtype(i))).collect();
         let mut init = Vec::with_capacity(params.len());
-        for (name, t) in named_arrays("param", Some(params.as_any()), None, |_| Some(DType::F32))? {
-            let t = t.view()?;
+        let named = named_arrays("param", Some(params.as_any()), None, |_| Some(DType::F32))?;
+        for (name, t) in views(py, "param", &named)? {
             if let Some((_, dims)) = declared.iter().find(|(n, _)| *n == name).filter(|(_, d)| d.as_slice() != t.dims())
             {
                 return Err(crate::to_py(rlx::Error::shape(format!(
@@ -80,7 +80,7 @@ impl PyTrainer {
                     t.dims()
                 ))));
             }
-            init.push((name, t.to_f32_vec()));
+            init.push((name.to_string(), t.to_f32_vec()));
         }
         let trainer = detached(py, || {
             let rule = rule(optimizer, weight_decay, momentum, nesterov)?;
@@ -129,8 +129,7 @@ impl PyTrainer {
     ) -> PyResult<f32> {
         let named =
             named_arrays("input", inputs, kwargs, |name| self.inputs.iter().find(|(n, _)| n == name).map(|(_, d)| *d))?;
-        let views: Vec<(&str, TensorRef)> =
-            named.iter().map(|(n, t)| Ok((n.as_str(), t.view()?))).collect::<PyResult<_>>()?;
+        let views: Vec<(&str, TensorRef)> = views(py, "input", &named)?;
         let trainer = &self.trainer;
         detached(py, || lock(trainer).step(&views))
     }
