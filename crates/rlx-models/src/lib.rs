@@ -5,15 +5,17 @@
 //! Architecture invariant: models are graphs built with `rlx-ir` builders and run through
 //! `rlx-runtime`; nothing here calls a kernel or knows a backend.
 
+pub mod arch;
 pub mod chat;
 pub mod completion;
 pub mod llama;
 pub mod sampler;
 pub mod tokenizer;
 
+pub use arch::{Block, LlamaConfig};
 pub use chat::{ChatTemplate, Message};
 pub use completion::{Completion, FinishReason, StopStrings};
-pub use llama::{GenerateStats, Generation, Llama, LlamaConfig, LlamaOptions};
+pub use llama::{GenerateStats, Generation, Llama, LlamaOptions};
 pub use sampler::{Sampler, SamplerConfig};
 pub use tokenizer::{TextStream, TokenId, Tokenizer};
 
@@ -30,6 +32,9 @@ pub fn models_dir() -> PathBuf {
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
     home.join(".cache").join("rlx")
 }
+
+/// File name of Gemma 3 270M (Q4_K_M), the second family the tests run.
+pub const GEMMA3_MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
 
 /// Where the default model lives (it may not be there: `tools/fetch_model.sh` gets it).
 pub fn default_model_path() -> PathBuf {

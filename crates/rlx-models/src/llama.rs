@@ -1,5 +1,6 @@
-//! Llama-family decoder-only transformers (`general.architecture = "llama"`: SmolLM2,
-//! TinyLlama, Llama 2/3 ...) from a GGUF file.
+//! Decoder-only transformers from a GGUF file: every family in [`crate::arch`] (Llama:
+//! SmolLM2, TinyLlama, Llama 2/3; Gemma 3), one graph builder reading the family's
+//! [`Block`] description.
 //!
 //! One graph builder serves both passes: `n` new tokens at position `pos` are appended to
 //! a KV cache of `context` rows (params updated in place, shared by every compiled graph
@@ -10,133 +11,27 @@
 //! Weights are borrowed from the memory-mapped file, never copied.
 //!
 //! Per layer: `x += Wo · attn(rope(Wq · rms(x)), rope(Wk · rms(x)), Wv · rms(x))`, then
-//! `x += Wdown · (silu(Wgate · rms(x)) * Wup · rms(x))`; logits of the last position are
-//! `Wout · rms(x)`, with `Wout` the token embedding when the file has no `output.weight`.
-//! RoPE pairs adjacent elements (llama.cpp's "NORM" mode: GGUF conversion permutes the Q
-//! and K rows for it).
+//! `x += Wdown · (act(Wgate · rms(x)) * Wup · rms(x))`, with the family's extra norms
+//! (per-head Q/K, after each branch), activation, RoPE pairing and per-layer window;
+//! logits of the last position are `Wout · rms(x)`, with `Wout` the token embedding when
+//! the file has no `output.weight`.
 
+use crate::arch::{self, Block, Ffn, LlamaConfig};
 use crate::tokenizer::{TokenId, Tokenizer};
 use rlx_gguf::{Gguf, TensorInfo, Value};
 use rlx_ir::quant::QuantScheme;
-use rlx_ir::{AttentionMask, DType, Error, Graph, HostTensor, NodeId, Result, RopeStyle, Unary};
+use rlx_ir::{AttentionMask, DType, Error, Graph, HostTensor, NodeId, Result, Unary};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, ParamBuffer, Session};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
-
-/// Hyper-parameters read from the file's `llama.*` metadata.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
-    pub n_layer: usize,
-    pub d_model: usize,
-    pub n_head: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-    pub d_ff: usize,
-    pub vocab: usize,
-    pub rope_base: f32,
-    pub rope_dims: usize,
-    pub rms_eps: f32,
-    /// The context the model was trained for.
-    pub context_length: usize,
-}
-
-fn meta_usize(g: &Gguf, key: &str) -> Result<usize> {
-    let v = g.require(key)?;
-    v.as_u64()
-        .and_then(|v| usize::try_from(v).ok())
-        .ok_or_else(|| Error::parse(format!("gguf: '{key}' is {}, not a non-negative integer", v.summary())))
-}
-
-/// `meta_usize` for a key that may be absent (then `default`).
-fn meta_usize_or(g: &Gguf, key: &str, default: usize) -> Result<usize> {
-    if g.get(key).is_none() { Ok(default) } else { meta_usize(g, key) }
-}
-
-/// A hyper-parameter that must be at least 1.
-fn positive(value: usize, key: &str) -> Result<usize> {
-    if value == 0 {
-        return Err(Error::parse(format!("gguf: '{key}' is 0")));
-    }
-    Ok(value)
-}
-
-impl LlamaConfig {
-    /// The hyper-parameters, each checked for consistency with the others (the tensors
-    /// are checked against them by [`Llama::from_gguf`]).
-    pub fn from_gguf(g: &Gguf) -> Result<LlamaConfig> {
-        let arch = g.require("general.architecture")?.as_str().unwrap_or("");
-        if arch != "llama" {
-            return Err(Error::unsupported(format!("architecture '{arch}': this loader reads 'llama'")));
-        }
-        let n_layer = positive(meta_usize(g, "llama.block_count")?, "llama.block_count")?;
-        let d_model = positive(meta_usize(g, "llama.embedding_length")?, "llama.embedding_length")?;
-        let d_ff = positive(meta_usize(g, "llama.feed_forward_length")?, "llama.feed_forward_length")?;
-        let n_head = positive(meta_usize(g, "llama.attention.head_count")?, "llama.attention.head_count")?;
-        let n_kv_head =
-            positive(meta_usize_or(g, "llama.attention.head_count_kv", n_head)?, "llama.attention.head_count_kv")?;
-        if !n_head.is_multiple_of(n_kv_head) {
-            return Err(Error::parse(format!(
-                "gguf: 'llama.attention.head_count' {n_head} does not split into groups of 'llama.attention.head_count_kv' {n_kv_head}"
-            )));
-        }
-        // Heads are usually d_model / n_head wide; a file can say otherwise.
-        if g.get("llama.attention.key_length").is_none() && !d_model.is_multiple_of(n_head) {
-            return Err(Error::parse(format!(
-                "gguf: 'llama.embedding_length' {d_model} is not a multiple of 'llama.attention.head_count' {n_head} (and no 'llama.attention.key_length')"
-            )));
-        }
-        let head_dim =
-            positive(meta_usize_or(g, "llama.attention.key_length", d_model / n_head)?, "llama.attention.key_length")?;
-        let value_dim = meta_usize_or(g, "llama.attention.value_length", head_dim)?;
-        if value_dim != head_dim {
-            return Err(Error::unsupported(format!(
-                "gguf: 'llama.attention.key_length' {head_dim} != 'llama.attention.value_length' {value_dim}"
-            )));
-        }
-        let rope_dims = meta_usize_or(g, "llama.rope.dimension_count", head_dim)?;
-        if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
-            return Err(Error::parse(format!(
-                "gguf: 'llama.rope.dimension_count' {rope_dims} is not an even count of at most the head dim {head_dim}"
-            )));
-        }
-        let tokens = g.require("tokenizer.ggml.tokens")?.as_array().map_or(0, <[Value]>::len);
-        let vocab = meta_usize_or(g, "llama.vocab_size", tokens)?;
-        if vocab != tokens {
-            return Err(Error::parse(format!(
-                "gguf: 'llama.vocab_size' {vocab} != the {tokens} entries of 'tokenizer.ggml.tokens'"
-            )));
-        }
-        let f =
-            |key: &str, default: f64| -> Result<f32> {
-                match g.get(key) {
-                    None => Ok(default as f32),
-                    Some(v) => v.as_f64().map(|x| x as f32).filter(|x| x.is_finite() && *x > 0.0).ok_or_else(|| {
-                        Error::parse(format!("gguf: '{key}' is {}, not a positive number", v.summary()))
-                    }),
-                }
-            };
-        Ok(LlamaConfig {
-            n_layer,
-            d_model,
-            n_head,
-            n_kv_head,
-            head_dim,
-            d_ff,
-            vocab,
-            rope_base: f("llama.rope.freq_base", 10000.0)?,
-            rope_dims,
-            rms_eps: f("llama.attention.layer_norm_rms_epsilon", 1e-5)?,
-            context_length: positive(meta_usize_or(g, "llama.context_length", 2048)?, "llama.context_length")?,
-        })
-    }
-}
 
 /// The checks a file's tensors must pass against its hyper-parameters before anything
 /// is built: no block past `llama.block_count` (a file with 30 blocks that says 29 would
 /// run 29 and print fluent nonsense), every expected tensor present (checked where each
 /// is bound, naming the key that asks for it).
 fn check_blocks(g: &Gguf, c: &LlamaConfig) -> Result<()> {
+    let count = c.key("block_count");
     for t in &g.tensors {
         let Some(rest) = t.name.strip_prefix("blk.") else { continue };
         let block = rest.split('.').next().and_then(|n| n.parse::<usize>().ok());
@@ -144,7 +39,7 @@ fn check_blocks(g: &Gguf, c: &LlamaConfig) -> Result<()> {
             Some(b) if b < c.n_layer => {}
             Some(b) => {
                 return Err(Error::parse(format!(
-                    "gguf: tensor '{}' is in block {b}, but 'llama.block_count' is {} (blocks 0 to {})",
+                    "gguf: tensor '{}' is in block {b}, but '{count}' is {} (blocks 0 to {})",
                     t.name.escape_debug(),
                     c.n_layer,
                     c.n_layer - 1
@@ -213,6 +108,8 @@ impl GenerateStats {
 /// graphs (one per prompt length seen, one for decode).
 pub struct Llama {
     pub config: LlamaConfig,
+    /// What the family's block computes.
+    pub block: Block,
     pub tokenizer: Tokenizer,
     gguf: Gguf,
     session: Session,
@@ -234,11 +131,13 @@ pub struct Llama {
 }
 
 /// Tensor `name`'s info, or an error naming it (and, for a block's tensor, the
-/// `llama.block_count` that asks for the block).
+/// `{arch}.block_count` that asks for the block).
 fn tensor<'a>(g: &'a Gguf, name: &str) -> Result<&'a TensorInfo> {
     g.tensor(name).ok_or_else(|| {
-        let why = match (name.strip_prefix("blk."), g.get("llama.block_count").and_then(Value::as_u64)) {
-            (Some(_), Some(n)) => format!(" ('llama.block_count' is {n})"),
+        let arch = g.get("general.architecture").and_then(Value::as_str).unwrap_or("llama");
+        let count = format!("{arch}.block_count");
+        let why = match (name.strip_prefix("blk."), g.get(&count).and_then(Value::as_u64)) {
+            (Some(_), Some(n)) => format!(" ('{count}' is {n})"),
             _ => String::new(),
         };
         Error::parse(format!("gguf: missing tensor '{name}'{why}"))
@@ -269,7 +168,7 @@ impl Llama {
     }
 
     pub fn from_gguf(mut gguf: Gguf, options: &LlamaOptions) -> Result<Llama> {
-        let c = LlamaConfig::from_gguf(&gguf)?;
+        let (c, block) = arch::read(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         check_blocks(&gguf, &c)?;
         // The vocabulary now lives in the tokenizer; the metadata copy (~8 MB of small
@@ -289,45 +188,59 @@ impl Llama {
             })
         };
         let (q, kv) =
-            (width(c.n_head, "llama.attention.head_count")?, width(c.n_kv_head, "llama.attention.head_count_kv")?);
+            (width(c.n_head, &c.key("attention.head_count"))?, width(c.n_kv_head, &c.key("attention.head_count_kv"))?);
         let (h, ff) = (c.d_model, c.d_ff);
         let mut weights = HashMap::new();
         let mut norms = HashMap::new();
         let output_name = if gguf.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" };
-        const VOCAB_D: &str = "the vocabulary ('tokenizer.ggml.tokens') and 'llama.embedding_length'";
-        const Q_D: &str = "'llama.attention.head_count' x head dim and 'llama.embedding_length'";
-        const KV_D: &str = "'llama.attention.head_count_kv' x head dim and 'llama.embedding_length'";
-        const D_Q: &str = "'llama.embedding_length' and 'llama.attention.head_count' x head dim";
-        const FF_D: &str = "'llama.feed_forward_length' and 'llama.embedding_length'";
-        const D_FF: &str = "'llama.embedding_length' and 'llama.feed_forward_length'";
-        let mut projections = vec![(output_name.to_string(), c.vocab, h, VOCAB_D)];
+        // Where each expected shape comes from, for messages.
+        let (d, heads, kv_heads) =
+            (c.key("embedding_length"), c.key("attention.head_count"), c.key("attention.head_count_kv"));
+        let vocab_d = format!("the vocabulary ('tokenizer.ggml.tokens') and '{d}'");
+        let q_d = format!("'{heads}' x head dim and '{d}'");
+        let kv_d = format!("'{kv_heads}' x head dim and '{d}'");
+        let d_q = format!("'{d}' and '{heads}' x head dim");
+        let ff_d = format!("'{}' and '{d}'", c.key("feed_forward_length"));
+        let d_ff = format!("'{d}' and '{}'", c.key("feed_forward_length"));
+        let mut projections = vec![(output_name.to_string(), c.vocab, h, vocab_d.clone())];
+        let mut norm_dims = Vec::new();
+        let head_d = c.key("attention.key_length");
         for l in 0..c.n_layer {
             for (part, rows, cols, keys) in [
-                ("attn_q", q, h, Q_D),
-                ("attn_k", kv, h, KV_D),
-                ("attn_v", kv, h, KV_D),
-                ("attn_output", h, q, D_Q),
-                ("ffn_gate", ff, h, FF_D),
-                ("ffn_up", ff, h, FF_D),
-                ("ffn_down", h, ff, D_FF),
+                ("attn_q", q, h, &q_d),
+                ("attn_k", kv, h, &kv_d),
+                ("attn_v", kv, h, &kv_d),
+                ("attn_output", h, q, &d_q),
+                ("ffn_gate", ff, h, &ff_d),
+                ("ffn_up", ff, h, &ff_d),
+                ("ffn_down", h, ff, &d_ff),
             ] {
-                projections.push((format!("blk.{l}.{part}.weight"), rows, cols, keys));
+                projections.push((format!("blk.{l}.{part}.weight"), rows, cols, keys.clone()));
             }
-            for part in ["attn_norm", "ffn_norm"] {
-                let name = format!("blk.{l}.{part}.weight");
-                norms.insert(name.clone(), norm_buffer(&gguf, &name, h, &borrow)?);
+            let mut parts = vec![("attn_norm", h, &d), ("ffn_norm", h, &d)];
+            if block.post_norms {
+                parts.extend([("post_attention_norm", h, &d), ("post_ffw_norm", h, &d)]);
             }
+            if block.qk_norm {
+                parts.extend([("attn_q_norm", c.head_dim, &head_d), ("attn_k_norm", c.head_dim, &head_d)]);
+            }
+            norm_dims
+                .extend(parts.into_iter().map(|(part, n, key)| (format!("blk.{l}.{part}.weight"), n, key.clone())));
         }
-        norms.insert("output_norm.weight".into(), norm_buffer(&gguf, "output_norm.weight", h, &borrow)?);
+        norm_dims.push(("output_norm.weight".to_string(), h, d.clone()));
+        for (name, n, key) in norm_dims {
+            let buffer = norm_buffer(&gguf, &name, n, &key, &borrow)?;
+            norms.insert(name, buffer);
+        }
         for (name, rows, cols, keys) in projections {
             let t = tensor(&gguf, &name)?;
-            let info = weight_info(t, rows, cols, keys)?;
+            let info = weight_info(t, rows, cols, &keys)?;
             let row_bytes = info.scheme.row_bytes(cols)?;
             let buffer = borrow(t, DType::U8, &[rows, row_bytes])?;
             weights.insert(name, (info, buffer));
         }
         let embd = tensor(&gguf, "token_embd.weight")?.clone();
-        let embd_info = weight_info(&embd, c.vocab, h, VOCAB_D)?;
+        let embd_info = weight_info(&embd, c.vocab, h, &vocab_d)?;
         let cache_dims = [1, c.n_kv_head, context, c.head_dim];
         let caches = (0..c.n_layer)
             .map(|_| Ok((ParamBuffer::zeroed(DType::F32, &cache_dims)?, ParamBuffer::zeroed(DType::F32, &cache_dims)?)))
@@ -336,6 +249,7 @@ impl Llama {
         release_freed_heap();
         Ok(Llama {
             config: c,
+            block,
             tokenizer,
             gguf,
             session: Session::new(options.device)?,
@@ -357,6 +271,12 @@ impl Llama {
     /// The file's metadata and tensors.
     pub fn gguf(&self) -> &Gguf {
         &self.gguf
+    }
+
+    /// The model's chat template (its own, else its family's).
+    pub fn chat_template(&self) -> Result<crate::ChatTemplate> {
+        let jinja = self.gguf.get("tokenizer.chat_template").and_then(Value::as_str);
+        crate::ChatTemplate::for_model(jinja, &self.config.arch)
     }
 
     /// Rows of KV cache (the most tokens a conversation can hold).
@@ -386,9 +306,9 @@ impl Llama {
     /// matmul activations. Inputs `x` (embeddings `[1, n, d_model]`) and `pos` (`i32[1]`);
     /// output the logits of the last token, `[1, 1, vocab]`.
     pub fn build_graph(&self, n: usize, q8: bool) -> Result<Graph> {
-        let c = &self.config;
+        let (c, block) = (&self.config, &self.block);
         let (h, nh, nkv, hd) = (c.d_model, c.n_head, c.n_kv_head, c.head_dim);
-        let mut g = Graph::new(&format!("llama_step_{n}"));
+        let mut g = Graph::new(&format!("{}_step_{n}", c.arch));
         let mut x = g.input("x", DType::F32, &[1, n, h])?;
         let pos = g.input("pos", DType::I32, &[1])?;
         let iota = g.constant_tensor(HostTensor::from_i64(&[n], &(0..n as i64).collect::<Vec<_>>())?)?;
@@ -397,7 +317,8 @@ impl Llama {
         let count = g.scalar(DType::I32, n as f32)?;
         let len = g.add(pos, count)?;
         let norm = |g: &mut Graph, x: NodeId, name: &str| -> Result<NodeId> {
-            let gamma = g.param(name, DType::F32, &[h])?;
+            let dim = *g.dims(x).last().unwrap_or(&h);
+            let gamma = g.param(name, DType::F32, &[dim])?;
             g.rms_norm(x, Some(gamma), c.rms_eps)
         };
         let proj = |g: &mut Graph, x: NodeId, name: &str| -> Result<NodeId> {
@@ -410,33 +331,51 @@ impl Llama {
             let x = g.reshape(x, &[1, n, count, hd])?;
             g.transpose(x, &[0, 2, 1, 3])
         };
-        for l in 0..c.n_layer {
+        for (l, layer) in block.layers.iter().enumerate() {
             let p = |part: &str| format!("blk.{l}.{part}.weight");
             let hn = norm(&mut g, x, &p("attn_norm"))?;
             let q = proj(&mut g, hn, &p("attn_q"))?;
             let k = proj(&mut g, hn, &p("attn_k"))?;
             let v = proj(&mut g, hn, &p("attn_v"))?;
-            let q = heads(&mut g, q, nh)?;
-            let q = g.rope(q, positions, RopeStyle::GptJ, c.rope_base, Some(c.rope_dims))?;
-            let k = heads(&mut g, k, nkv)?;
-            let k = g.rope(k, positions, RopeStyle::GptJ, c.rope_base, Some(c.rope_dims))?;
+            let mut q = heads(&mut g, q, nh)?;
+            let mut k = heads(&mut g, k, nkv)?;
+            if block.qk_norm {
+                q = norm(&mut g, q, &p("attn_q_norm"))?;
+                k = norm(&mut g, k, &p("attn_k_norm"))?;
+            }
+            let q = g.rope(q, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
+            let k = g.rope(k, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
             let v = heads(&mut g, v, nkv)?;
             let cache_dims = [1, nkv, self.context, hd];
             let ck = g.param(&format!("cache_k.{l}"), DType::F32, &cache_dims)?;
             let cv = g.param(&format!("cache_v.{l}"), DType::F32, &cache_dims)?;
             let kc = g.kv_append(ck, k, pos, 2)?;
             let vc = g.kv_append(cv, v, pos, 2)?;
-            let a = g.attention(q, kc, vc, AttentionMask::CausalLen(len), None)?;
+            let mask = match layer.window {
+                Some(w) => AttentionMask::SlidingLen(len, w),
+                None => AttentionMask::CausalLen(len),
+            };
+            let a = g.attention(q, kc, vc, mask, Some(block.attention_scale))?;
             let a = g.transpose(a, &[0, 2, 1, 3])?;
             let a = g.reshape(a, &[1, n, nh * hd])?;
-            let o = proj(&mut g, a, &p("attn_output"))?;
+            let mut o = proj(&mut g, a, &p("attn_output"))?;
+            if block.post_norms {
+                o = norm(&mut g, o, &p("post_attention_norm"))?;
+            }
             x = g.add(x, o)?;
             let hn = norm(&mut g, x, &p("ffn_norm"))?;
             let gate = proj(&mut g, hn, &p("ffn_gate"))?;
             let up = proj(&mut g, hn, &p("ffn_up"))?;
-            let gate = g.unary(Unary::Silu, gate)?;
+            let act = match block.ffn {
+                Ffn::SwiGlu => Unary::Silu,
+                Ffn::GeGluTanh => Unary::GeluTanh,
+            };
+            let gate = g.unary(act, gate)?;
             let f = g.mul(gate, up)?;
-            let d = proj(&mut g, f, &p("ffn_down"))?;
+            let mut d = proj(&mut g, f, &p("ffn_down"))?;
+            if block.post_norms {
+                d = norm(&mut g, d, &p("post_ffw_norm"))?;
+            }
             x = g.add(x, d)?;
         }
         let last = if n > 1 { g.narrow(x, 1, n - 1, 1)? } else { x };
@@ -488,6 +427,9 @@ impl Llama {
                 Error::input(format!("token id {id} is outside the embedding table of {} rows", info.rows))
             })?;
             rlx_ir::quant::dequantize(info.scheme, bytes, row)?;
+            if let Some(scale) = self.block.embedding_scale {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
         HostTensor::from_f32(&[1, tokens.len(), h], &x)
     }
@@ -629,7 +571,7 @@ impl Llama {
         let next = sampler.sample(&g.logits, &g.history)?;
         g.tokens.push(next);
         g.history.push(next);
-        let eos = g.stop_at_eos && Some(next) == self.tokenizer.eos;
+        let eos = g.stop_at_eos && self.tokenizer.ends_generation(next);
         // A full cache ends generation like the token limit does.
         let full = self.pos >= self.context;
         g.done = eos || g.tokens.len() == g.max_new || full;
@@ -671,14 +613,12 @@ fn norm_buffer(
     g: &Gguf,
     name: &str,
     h: usize,
+    key: &str,
     borrow: &impl Fn(&TensorInfo, DType, &[usize]) -> Result<ParamBuffer>,
 ) -> Result<ParamBuffer> {
     let t = tensor(g, name)?;
     if t.shape() != [h] {
-        return Err(Error::shape(format!(
-            "gguf: tensor '{name}' is {:?}, expected [{h}] from 'llama.embedding_length'",
-            t.shape()
-        )));
+        return Err(Error::shape(format!("gguf: tensor '{name}' is {:?}, expected [{h}] from '{key}'", t.shape())));
     }
     if t.scheme == QuantScheme::F32 {
         return borrow(t, DType::F32, &[h]);

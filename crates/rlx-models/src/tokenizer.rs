@@ -1,16 +1,26 @@
-//! GPT-2-style byte-level BPE, built from a GGUF file's `tokenizer.ggml.*` metadata.
+//! Tokenizers built from a GGUF file's `tokenizer.ggml.*` metadata, chosen by
+//! `tokenizer.ggml.model`: GPT-2-style byte-level BPE (`gpt2`: SmolLM2, Llama 3, Qwen)
+//! and SentencePiece BPE (`llama`: Gemma, Llama 2; [`spm`]).
 //!
-//! Encoding: special tokens (GGUF token types 3 "control" and 4 "user defined", e.g.
-//! `<|im_start|>`) are matched as whole strings first; the text between them is split by
-//! the pre-tokenizer the file names (`tokenizer.ggml.pre`), each piece's UTF-8 bytes are
-//! mapped to GPT-2's printable byte alphabet, and merges are applied lowest rank first.
-//! Decoding maps the alphabet back to bytes, so any UTF-8 text round-trips.
+//! Encoding first splits special tokens out of the text as llama.cpp does: each
+//! candidate, longest first, is cut out of the text runs left so far. User-defined tokens
+//! (GGUF token type 4: Gemma's `\n`, runs of spaces, HTML tags) always are; control
+//! tokens (type 3, e.g. `<|im_start|>`, `<start_of_turn>`) and the unknown token only
+//! when asked (templates). Each text run is then encoded by the model:
+//! - BPE: split by the pre-tokenizer the file names (`tokenizer.ggml.pre`), each piece's
+//!   UTF-8 bytes mapped to GPT-2's printable byte alphabet, merges applied lowest rank
+//!   first. Decoding maps the alphabet back to bytes, so any UTF-8 text round-trips.
+//! - SentencePiece: spaces replaced by `▁` (after a leading space when
+//!   `tokenizer.ggml.add_space_prefix` says so and the run starts the text or follows a
+//!   special token), then score-driven merges with byte fallback.
 //!
 //! The pre-tokenizer is GPT-2's regex, written out as a scanner:
 //! `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
 //! "smollm" (SmolLM2) first isolates every `\p{N}` character, as llama.cpp and the
 //! HuggingFace tokenizer (`Digits(individual_digits)`) do. Checked against HuggingFace
 //! `tokenizers` on the fixtures made by tools/llm/reference.py.
+
+mod spm;
 
 use rlx_gguf::{Gguf, Value};
 use rlx_ir::{Error, Result};
@@ -28,18 +38,40 @@ enum Pre {
     Gpt2Digits,
 }
 
+/// How a run of plain text becomes tokens.
+enum Model {
+    Bpe {
+        /// (left, right) -> (rank, merged).
+        merges: HashMap<(TokenId, TokenId), (u32, TokenId)>,
+        byte_char: Box<[char; 256]>,
+        char_byte: HashMap<char, u8>,
+        pre: Pre,
+    },
+    Spm {
+        scores: Vec<f32>,
+        byte_tokens: Box<[Option<TokenId>; 256]>,
+        add_space_prefix: bool,
+    },
+}
+
+/// A token matched whole in text before the model runs.
+struct Special {
+    text: String,
+    id: TokenId,
+    /// Control (or unknown) tokens are matched only when asked; user-defined always.
+    control: bool,
+}
+
 pub struct Tokenizer {
-    /// Token text in the byte alphabet, by id.
+    /// Token text as stored (BPE: in the byte alphabet), by id.
     tokens: Vec<String>,
     ids: HashMap<String, TokenId>,
-    /// (left, right) -> (rank, merged).
-    merges: HashMap<(TokenId, TokenId), (u32, TokenId)>,
-    /// Control and user-defined tokens, longest first (matched whole in text).
-    specials: Vec<(String, TokenId)>,
-    is_special: Vec<bool>,
-    byte_char: [char; 256],
-    char_byte: HashMap<char, u8>,
-    pre: Pre,
+    model: Model,
+    /// Longest first.
+    specials: Vec<Special>,
+    /// GGUF token types (llama.cpp's: 1 normal, 2 unknown, 3 control, 4 user defined,
+    /// 5 unused, 6 byte).
+    types: Vec<u8>,
     /// Token the model expects first, if the file asks for one.
     pub bos: Option<TokenId>,
     /// End of sequence (stops generation).
@@ -75,31 +107,81 @@ fn strings(v: &Value, key: &str) -> Result<Vec<String>> {
         .collect()
 }
 
+/// A piece of text being encoded.
+enum Fragment<'t> {
+    Token(TokenId),
+    Text(&'t str),
+}
+
+/// The byte-level BPE model: pre-tokenizer and merges.
+fn bpe_model(gguf: &Gguf, ids: &HashMap<String, TokenId>) -> Result<Model> {
+    let pre = match gguf.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default") {
+        "smollm" => Pre::Gpt2Digits,
+        "gpt2" | "default" => Pre::Gpt2,
+        other => {
+            return Err(Error::unsupported(format!(
+                "tokenizer.ggml.pre '{}': implemented pre-tokenizers are 'gpt2', 'default' and 'smollm'",
+                other.escape_debug()
+            )));
+        }
+    };
+    // A BPE vocabulary without merges would silently encode byte by byte: text the
+    // model never saw in training, so fluent-looking nonsense comes out.
+    let list = gguf
+        .get("tokenizer.ggml.merges")
+        .ok_or_else(|| {
+            Error::parse("gguf: missing metadata key 'tokenizer.ggml.merges' (a BPE tokenizer needs its merges)")
+        })?
+        .as_array()
+        .ok_or_else(|| Error::parse("gguf: 'tokenizer.ggml.merges' is not an array"))?;
+    if list.is_empty() {
+        return Err(Error::parse("gguf: 'tokenizer.ggml.merges' is empty (a BPE tokenizer needs its merges)"));
+    }
+    let mut merges = HashMap::new();
+    merges.try_reserve(list.len()).map_err(|_| Error::parse("gguf: 'tokenizer.ggml.merges' is too large"))?;
+    for (rank, m) in list.iter().enumerate() {
+        let m =
+            m.as_str().ok_or_else(|| Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] is not a string")))?;
+        let Some((a, b)) = m.split_once(' ') else {
+            return Err(Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] {m:?} is not two tokens")));
+        };
+        match (ids.get(a), ids.get(b), ids.get(&format!("{a}{b}"))) {
+            (Some(&l), Some(&r), Some(&out)) => {
+                merges.entry((l, r)).or_insert((rank as u32, out));
+            }
+            _ => {
+                return Err(Error::parse(format!(
+                    "gguf: 'tokenizer.ggml.merges'[{rank}] {m:?} joins tokens not in 'tokenizer.ggml.tokens'"
+                )));
+            }
+        }
+    }
+    let byte_char = byte_alphabet();
+    Ok(Model::Bpe {
+        merges,
+        char_byte: byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect(),
+        byte_char: Box::new(byte_char),
+        pre,
+    })
+}
+
 impl Tokenizer {
     /// The tokenizer stored in `gguf`'s metadata.
     pub fn from_gguf(gguf: &Gguf) -> Result<Tokenizer> {
-        let model = gguf.require("tokenizer.ggml.model")?.as_str().unwrap_or("");
-        if model != "gpt2" {
+        let kind = gguf.require("tokenizer.ggml.model")?.as_str().unwrap_or("");
+        if !matches!(kind, "gpt2" | "llama") {
             return Err(Error::unsupported(format!(
-                "tokenizer.ggml.model '{model}': only GPT-2-style byte-level BPE ('gpt2') is implemented"
+                "tokenizer.ggml.model '{}': implemented are 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)",
+                kind.escape_debug()
             )));
         }
-        let pre = match gguf.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default") {
-            "smollm" => Pre::Gpt2Digits,
-            "gpt2" | "default" => Pre::Gpt2,
-            other => {
-                return Err(Error::unsupported(format!(
-                    "tokenizer.ggml.pre '{other}': implemented pre-tokenizers are 'gpt2', 'default' and 'smollm'"
-                )));
-            }
-        };
         let tokens = strings(gguf.require("tokenizer.ggml.tokens")?, "tokenizer.ggml.tokens")?;
         if tokens.is_empty() {
             return Err(Error::parse("gguf: 'tokenizer.ggml.tokens' is empty"));
         }
         // Token types, scores and merges must describe the same vocabulary: a short or
         // missing list means a broken conversion, not something to paper over.
-        let types: Vec<i64> = match gguf.get("tokenizer.ggml.token_type") {
+        let types: Vec<u8> = match gguf.get("tokenizer.ggml.token_type") {
             Some(v) => v
                 .as_array()
                 .ok_or_else(|| Error::parse("gguf: 'tokenizer.ggml.token_type' is not an array"))?
@@ -107,7 +189,7 @@ impl Tokenizer {
                 .enumerate()
                 .map(|(i, v)| match v.as_u64() {
                     // llama.cpp's types: 0 undefined ... 6 byte.
-                    Some(t @ 0..=6) => Ok(t as i64),
+                    Some(t @ 0..=6) => Ok(t as u8),
                     _ => Err(Error::parse(format!(
                         "gguf: 'tokenizer.ggml.token_type'[{i}] is {}, not a token type from 0 to 6",
                         v.summary()
@@ -123,57 +205,54 @@ impl Tokenizer {
                 tokens.len()
             )));
         }
-        if let Some(scores) = gguf.get("tokenizer.ggml.scores") {
-            let n = scores.as_array().map(<[Value]>::len);
-            if n != Some(tokens.len()) {
-                return Err(Error::parse(format!(
-                    "gguf: 'tokenizer.ggml.scores' has {} entries for the {} of 'tokenizer.ggml.tokens'",
-                    n.map_or_else(|| "no array of".to_string(), |n| n.to_string()),
-                    tokens.len()
-                )));
+        let scores: Option<Vec<f32>> = match gguf.get("tokenizer.ggml.scores") {
+            None => None,
+            Some(v) => {
+                let list = v.as_array().filter(|a| a.len() == tokens.len()).ok_or_else(|| {
+                    Error::parse(format!(
+                        "gguf: 'tokenizer.ggml.scores' has {} entries for the {} of 'tokenizer.ggml.tokens'",
+                        v.as_array().map_or_else(|| "no array of".to_string(), |a| a.len().to_string()),
+                        tokens.len()
+                    ))
+                })?;
+                Some(
+                    list.iter()
+                        .enumerate()
+                        .map(|(i, x)| {
+                            x.as_f64().map(|x| x as f32).filter(|x| !x.is_nan()).ok_or_else(|| {
+                                Error::parse(format!(
+                                    "gguf: 'tokenizer.ggml.scores'[{i}] is {}, not a number",
+                                    x.summary()
+                                ))
+                            })
+                        })
+                        .collect::<Result<_>>()?,
+                )
             }
-        }
+        };
         let ids: HashMap<String, TokenId> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as TokenId)).collect();
-        // A BPE vocabulary without merges would silently encode byte by byte: text the
-        // model never saw in training, so fluent-looking nonsense comes out.
-        let list = gguf
-            .get("tokenizer.ggml.merges")
-            .ok_or_else(|| {
-                Error::parse("gguf: missing metadata key 'tokenizer.ggml.merges' (a BPE tokenizer needs its merges)")
-            })?
-            .as_array()
-            .ok_or_else(|| Error::parse("gguf: 'tokenizer.ggml.merges' is not an array"))?;
-        if list.is_empty() {
-            return Err(Error::parse("gguf: 'tokenizer.ggml.merges' is empty (a BPE tokenizer needs its merges)"));
-        }
-        let mut merges = HashMap::new();
-        merges.try_reserve(list.len()).map_err(|_| Error::parse("gguf: 'tokenizer.ggml.merges' is too large"))?;
-        for (rank, m) in list.iter().enumerate() {
-            let m = m
-                .as_str()
-                .ok_or_else(|| Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] is not a string")))?;
-            let Some((a, b)) = m.split_once(' ') else {
-                return Err(Error::parse(format!("gguf: 'tokenizer.ggml.merges'[{rank}] {m:?} is not two tokens")));
-            };
-            match (ids.get(a), ids.get(b), ids.get(&format!("{a}{b}"))) {
-                (Some(&l), Some(&r), Some(&out)) => {
-                    merges.entry((l, r)).or_insert((rank as u32, out));
-                }
-                _ => {
-                    return Err(Error::parse(format!(
-                        "gguf: 'tokenizer.ggml.merges'[{rank}] {m:?} joins tokens not in 'tokenizer.ggml.tokens'"
-                    )));
-                }
+        let model = if kind == "gpt2" {
+            bpe_model(gguf, &ids)?
+        } else {
+            let scores = scores.ok_or_else(|| {
+                Error::parse(
+                    "gguf: missing metadata key 'tokenizer.ggml.scores' (a SentencePiece tokenizer needs its scores)",
+                )
+            })?;
+            Model::Spm {
+                scores,
+                byte_tokens: Box::new(spm::byte_tokens(&ids)),
+                add_space_prefix: gguf.get("tokenizer.ggml.add_space_prefix").and_then(Value::as_bool).unwrap_or(true),
             }
-        }
-        let is_special: Vec<bool> = types.iter().map(|&t| t == 3 || t == 4).collect();
-        let mut specials: Vec<(String, TokenId)> = tokens
+        };
+        let mut specials: Vec<Special> = tokens
             .iter()
+            .zip(&types)
             .enumerate()
-            .filter(|&(i, t)| is_special[i] && !t.is_empty())
-            .map(|(i, t)| (t.clone(), i as TokenId))
+            .filter(|&(_, (t, &ty))| matches!(ty, 2..=4) && !t.is_empty())
+            .map(|(i, (t, &ty))| Special { text: t.clone(), id: i as TokenId, control: ty != 4 })
             .collect();
-        specials.sort_by_key(|(t, _)| std::cmp::Reverse(t.len()));
+        specials.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
         let id_key = |key: &str| -> Result<Option<TokenId>> {
             let Some(v) = gguf.get(key) else { return Ok(None) };
             match v.as_u64() {
@@ -185,19 +264,16 @@ impl Tokenizer {
                 ))),
             }
         };
-        let byte_char = byte_alphabet();
         Ok(Tokenizer {
             bos: id_key("tokenizer.ggml.bos_token_id")?,
             eos: id_key("tokenizer.ggml.eos_token_id")?,
-            add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool).unwrap_or(false),
-            char_byte: byte_char.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect(),
-            byte_char,
+            // SentencePiece models add BOS unless told not to (llama.cpp's default).
+            add_bos: gguf.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool).unwrap_or(kind == "llama"),
             tokens,
             ids,
-            merges,
+            model,
             specials,
-            is_special,
-            pre,
+            types,
         })
     }
 
@@ -205,37 +281,51 @@ impl Tokenizer {
         self.tokens.len()
     }
 
-    /// Token `id`'s text as stored (byte alphabet), if the id exists.
+    /// Token `id`'s text as stored (BPE: byte alphabet; SentencePiece: `▁` for spaces),
+    /// if the id exists.
     pub fn token(&self, id: TokenId) -> Option<&str> {
         self.tokens.get(id as usize).map(String::as_str)
     }
 
-    /// Whether `id` is a control / user-defined token.
-    pub fn is_special(&self, id: TokenId) -> bool {
-        self.is_special.get(id as usize).copied().unwrap_or(false)
+    /// The id of a token's stored text.
+    pub fn token_id(&self, text: &str) -> Option<TokenId> {
+        self.ids.get(text).copied()
     }
 
-    /// Token ids of `text`. With `special`, special-token strings in the text become
+    /// Whether generating `id` ends a generation: the end-of-sequence token, or a
+    /// control token that ends a turn (`<end_of_turn>`, `<|eot_id|>`, `<|im_end|>`,
+    /// `<|endoftext|>`: the tokens llama.cpp treats as end of generation).
+    pub fn ends_generation(&self, id: TokenId) -> bool {
+        const TURN_ENDS: [&str; 6] =
+            ["<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "<|eom_id|>"];
+        Some(id) == self.eos
+            || (self.types.get(id as usize) == Some(&3) && TURN_ENDS.contains(&self.tokens[id as usize].as_str()))
+    }
+
+    /// Whether `id` is a control / user-defined token (its text is not encoded).
+    pub fn is_special(&self, id: TokenId) -> bool {
+        matches!(self.types.get(id as usize), Some(3 | 4))
+    }
+
+    /// Token ids of `text`. With `special`, control-token strings in the text become
     /// their tokens (templates need this); without, they are encoded as plain text, as
     /// anything a user typed must be (`<|im_start|>` typed into a chat message must not
     /// open a turn: [`crate::ChatTemplate::encode`] parses only the template's own
     /// markers). No BOS is added here (see [`Tokenizer::encode_prompt`]).
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<TokenId>> {
         let mut out = Vec::new();
-        let mut rest = text;
-        while !rest.is_empty() {
-            let found = if special { self.next_special(rest) } else { None };
-            let (plain, tail) = match found {
-                Some((at, _, _)) => rest.split_at(at),
-                None => (rest, ""),
-            };
-            self.encode_plain(plain, &mut out)?;
-            match found {
-                Some((_, len, id)) => {
+        // After a special token (or at the start) a SentencePiece run may get a space.
+        let mut after_special = true;
+        for part in self.partition(text, special) {
+            match part {
+                Fragment::Token(id) => {
                     out.push(id);
-                    rest = &tail[len..];
+                    after_special = true;
                 }
-                None => rest = "",
+                Fragment::Text(run) => {
+                    self.encode_plain(run, after_special, &mut out)?;
+                    after_special = false;
+                }
             }
         }
         Ok(out)
@@ -256,30 +346,64 @@ impl Tokenizer {
         }
     }
 
-    /// The earliest special token in `text`: (byte offset, byte length, id).
-    fn next_special(&self, text: &str) -> Option<(usize, usize, TokenId)> {
-        for (at, _) in text.char_indices() {
-            let here = &text[at..];
-            // Longest first: the list is sorted by length.
-            if let Some((t, id)) = self.specials.iter().find(|(t, _)| here.starts_with(t.as_str())) {
-                return Some((at, t.len(), *id));
+    /// `text` cut into special tokens and the runs between them: each special token,
+    /// longest first, is cut out of every run left (llama.cpp's order, which decides
+    /// between overlapping candidates).
+    fn partition<'t>(&self, text: &'t str, special: bool) -> Vec<Fragment<'t>> {
+        let mut parts = vec![Fragment::Text(text)];
+        for s in self.specials.iter().filter(|s| special || !s.control) {
+            if !parts.iter().any(|p| matches!(p, Fragment::Text(t) if t.contains(s.text.as_str()))) {
+                continue;
             }
+            let mut next = Vec::with_capacity(parts.len() + 2);
+            for part in parts {
+                let Fragment::Text(mut run) = part else {
+                    next.push(part);
+                    continue;
+                };
+                while let Some(at) = run.find(s.text.as_str()) {
+                    if at > 0 {
+                        next.push(Fragment::Text(&run[..at]));
+                    }
+                    next.push(Fragment::Token(s.id));
+                    run = &run[at + s.text.len()..];
+                }
+                if !run.is_empty() {
+                    next.push(Fragment::Text(run));
+                }
+            }
+            parts = next;
         }
-        None
+        parts
     }
 
-    fn encode_plain(&self, text: &str, out: &mut Vec<TokenId>) -> Result<()> {
-        for piece in pre_tokenize(text, self.pre == Pre::Gpt2Digits) {
-            self.bpe(piece, out)?;
+    fn encode_plain(&self, text: &str, after_special: bool, out: &mut Vec<TokenId>) -> Result<()> {
+        match &self.model {
+            Model::Bpe { pre, .. } => {
+                for piece in pre_tokenize(text, *pre == Pre::Gpt2Digits) {
+                    self.bpe(piece, out)?;
+                }
+                Ok(())
+            }
+            Model::Spm { scores, byte_tokens, add_space_prefix } => {
+                let mut run = String::with_capacity(text.len() + 3);
+                if *add_space_prefix && after_special {
+                    run.push(spm::SPACE);
+                }
+                run.extend(text.chars().map(|c| if c == ' ' { spm::SPACE } else { c }));
+                spm::encode(&run, &self.ids, scores, byte_tokens, out)
+            }
         }
-        Ok(())
     }
 
     /// Byte-level BPE of one pre-token.
     fn bpe(&self, piece: &str, out: &mut Vec<TokenId>) -> Result<()> {
+        let Model::Bpe { merges, byte_char, .. } = &self.model else {
+            return Err(Error::internal("bpe() on a SentencePiece tokenizer"));
+        };
         let mut syms: Vec<TokenId> = Vec::with_capacity(piece.len());
         for &b in piece.as_bytes() {
-            let c = self.byte_char[b as usize];
+            let c = byte_char[b as usize];
             let id = self.ids.get(c.encode_utf8(&mut [0; 4]) as &str).copied().ok_or_else(|| {
                 Error::parse(format!("tokenizer: byte 0x{b:02x} ('{c}') has no token in the vocabulary"))
             })?;
@@ -294,7 +418,7 @@ impl Tokenizer {
         let mut alive = vec![true; n];
         let mut heap = std::collections::BinaryHeap::new();
         let push = |heap: &mut std::collections::BinaryHeap<_>, syms: &[TokenId], l: usize, r: usize| {
-            if let Some(&(rank, merged)) = self.merges.get(&(syms[l], syms[r])) {
+            if let Some(&(rank, merged)) = merges.get(&(syms[l], syms[r])) {
                 heap.push(std::cmp::Reverse((rank, l, syms[l], syms[r], merged)));
             }
         };
@@ -334,12 +458,25 @@ impl Tokenizer {
                 bytes.extend(t.as_bytes());
                 continue;
             }
-            for c in t.chars() {
-                match self.char_byte.get(&c) {
-                    Some(&b) => bytes.push(b),
-                    // Not in the byte alphabet (a hand-added token): its UTF-8 as is.
-                    None => bytes.extend(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            match &self.model {
+                Model::Bpe { char_byte, .. } => {
+                    for c in t.chars() {
+                        match char_byte.get(&c) {
+                            Some(&b) => bytes.push(b),
+                            // Not in the byte alphabet (a hand-added token): its UTF-8 as is.
+                            None => bytes.extend(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                        }
+                    }
                 }
+                Model::Spm { .. } => match spm::byte_of(t).filter(|_| self.types[id as usize] == 6) {
+                    Some(b) => bytes.push(b),
+                    None => {
+                        for c in t.chars() {
+                            let c = if c == spm::SPACE { ' ' } else { c };
+                            bytes.extend(c.encode_utf8(&mut [0; 4]).as_bytes());
+                        }
+                    }
+                },
             }
         }
         Ok(bytes)

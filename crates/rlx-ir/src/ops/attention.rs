@@ -11,6 +11,10 @@
 //! needs; it requires `sq <= skv` so that no row is fully masked. `CausalLen(len)` is the
 //! same over only the first `len` keys (an integer scalar operand read at run time: the
 //! filled part of a KV cache); `sq <= len <= skv` is checked when it runs.
+//! `SlidingLen(len, window)` is `CausalLen` where a query also sees only the `window`
+//! keys up to and including its own position (query at position `t` sees keys
+//! `t - window < j <= t`): the local layers of Gemma 2/3, Mistral, whose `t - j <
+//! window` rule llama.cpp calls "standard" SWA.
 
 use super::{F32Attr, Op, Operand, check_finite, check_float, check_same_dtype};
 use crate::shape::broadcast_dims;
@@ -26,6 +30,8 @@ pub enum AttentionMask {
     Bias(NodeId),
     /// Causal over the first `len` keys, `len` an integer scalar node.
     CausalLen(NodeId),
+    /// `CausalLen(len)` seeing only the last `window` keys (the query's own included).
+    SlidingLen(NodeId, usize),
 }
 
 /// The mask kind stored in the op (a bias is the op's fourth operand).
@@ -36,12 +42,26 @@ pub enum MaskKind {
     Causal,
     Bias,
     CausalLen,
+    SlidingLen { window: usize },
 }
 
 impl MaskKind {
     /// Whether the mask is the op's fourth operand.
     pub fn has_operand(self) -> bool {
-        matches!(self, MaskKind::Bias | MaskKind::CausalLen)
+        matches!(self, MaskKind::Bias | MaskKind::CausalLen | MaskKind::SlidingLen { .. })
+    }
+
+    /// Whether the op's fourth operand is a causal length read at run time.
+    pub fn has_len(self) -> bool {
+        matches!(self, MaskKind::CausalLen | MaskKind::SlidingLen { .. })
+    }
+
+    /// The sliding window, if the mask has one.
+    pub fn window(self) -> Option<usize> {
+        match self {
+            MaskKind::SlidingLen { window } => Some(window),
+            _ => None,
+        }
     }
 }
 
@@ -71,7 +91,10 @@ pub(crate) fn infer(mask: MaskKind, scale: Option<F32Attr>, ins: &[Operand]) -> 
     if mask == MaskKind::Causal && sq > skv {
         return Err(Error::shape(format!("causal attention needs sq <= skv, got sq {sq} > skv {skv}")));
     }
-    if mask == MaskKind::CausalLen {
+    if mask.window() == Some(0) {
+        return Err(Error::shape("a sliding window must hold at least 1 key, got 0"));
+    }
+    if mask.has_len() {
         let len = ins[3];
         if !len.dtype.is_int() || crate::shape::numel(len.dims) != 1 || len.dims.len() > 1 {
             return Err(Error::shape(format!("causal length must be an integer scalar ([] or [1]), got {}", len.ty())));
@@ -103,6 +126,7 @@ impl Graph {
             AttentionMask::Causal => (MaskKind::Causal, vec![q, k, v]),
             AttentionMask::Bias(b) => (MaskKind::Bias, vec![q, k, v, b]),
             AttentionMask::CausalLen(len) => (MaskKind::CausalLen, vec![q, k, v, len]),
+            AttentionMask::SlidingLen(len, window) => (MaskKind::SlidingLen { window }, vec![q, k, v, len]),
         };
         self.push(Op::Attention { mask: kind, scale }, &inputs)
     }
@@ -156,7 +180,8 @@ fn parts(g: &mut Graph, mask: MaskKind, scale: Option<F32Attr>, ins: &[NodeId]) 
     let s = g.matmul(q, kt)?;
     let s = g.mul(s, scale)?;
     // Causal masks as 0 / -inf over [sq, skv]: key j is visible to query i when
-    // j <= i + len - sq (len = skv for plain causal).
+    // j <= i + len - sq (len = skv for plain causal), and with a window also when
+    // j > i + len - sq - window.
     let causal = |g: &mut Graph, limit: NodeId, int: DType| -> Result<NodeId> {
         let j = g.iota(int, skv)?;
         let j = g.reshape(j, &[1, skv])?;
@@ -166,7 +191,12 @@ fn parts(g: &mut Graph, mask: MaskKind, scale: Option<F32Attr>, ins: &[NodeId]) 
         let visible = g.le(off, limit)?;
         let zero = g.full(dt, &[sq, skv], 0.0)?;
         let hidden = g.full(dt, &[sq, skv], f64::NEG_INFINITY)?;
-        g.where_(visible, zero, hidden)
+        let bias = g.where_(visible, zero, hidden)?;
+        let Some(window) = mask.window() else { return Ok(bias) };
+        let w = g.scalar_f64(int, window as f64)?;
+        let floor = g.sub(limit, w)?;
+        let inside = g.gt(off, floor)?;
+        g.where_(inside, bias, hidden)
     };
     let mask = match mask {
         MaskKind::None => None,
@@ -175,7 +205,7 @@ fn parts(g: &mut Graph, mask: MaskKind, scale: Option<F32Attr>, ins: &[NodeId]) 
             let limit = g.scalar_f64(DType::I64, skv as f64 - sq as f64)?;
             Some(causal(g, limit, DType::I64)?)
         }
-        MaskKind::CausalLen => {
+        MaskKind::CausalLen | MaskKind::SlidingLen { .. } => {
             let len = g.cast(ins[3], DType::I64)?;
             let n = g.scalar_f64(DType::I64, sq as f64)?;
             let limit = g.sub(len, n)?;
@@ -217,7 +247,7 @@ pub(crate) fn vjp(
             let bd = g.dims(ins[3]).to_vec();
             out.push(Some(g.sum_to(ds, &bd)?));
         }
-        MaskKind::CausalLen => out.push(None),
+        MaskKind::CausalLen | MaskKind::SlidingLen { .. } => out.push(None),
         MaskKind::None | MaskKind::Causal => {}
     }
     Ok(out)

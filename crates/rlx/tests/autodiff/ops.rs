@@ -283,7 +283,12 @@ pub(super) fn sequence_cases() -> Vec<Case> {
             g.attention(x[0], x[1], x[2], AttentionMask::Causal, Some(0.7))
         }),
         case("attention_bias", bias, |g, x| g.attention(x[0], x[1], x[2], AttentionMask::Bias(x[3]), None)),
-        case("attention_causal_len", len, |g, x| g.attention(x[0], x[1], x[2], AttentionMask::CausalLen(x[3]), None)),
+        case("attention_causal_len", len.clone(), |g, x| {
+            g.attention(x[0], x[1], x[2], AttentionMask::CausalLen(x[3]), None)
+        }),
+        case("attention_sliding_len", len, |g, x| {
+            g.attention(x[0], x[1], x[2], AttentionMask::SlidingLen(x[3], 2), None)
+        }),
         case("rope_neox", vec![float(&[2, 3, 6], -1.0, 1.0), int(&[3], &[0, 5, 17])], |g, x| {
             g.rope(x[0], x[1], RopeStyle::NeoX, 100.0, Some(4))
         }),

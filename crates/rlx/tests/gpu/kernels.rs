@@ -138,7 +138,7 @@ fn attention_over_long_contexts() {
     if !gpu_or_skip("attention_over_long_contexts") {
         return;
     }
-    for (mask, sq) in [("none", 3), ("causal", 5), ("bias", 2), ("causal_len", 4)] {
+    for (mask, sq) in [("none", 3), ("causal", 5), ("bias", 2), ("causal_len", 4), ("sliding_len", 4)] {
         let mut g = Graph::new("attention");
         let q = g.input("q", DType::F32, &[2, 4, sq, 16]).unwrap();
         let k = g.input("k", DType::F32, &[2, 2, 600, 16]).unwrap();
@@ -147,7 +147,9 @@ fn attention_over_long_contexts() {
             "none" => AttentionMask::None,
             "causal" => AttentionMask::Causal,
             "bias" => AttentionMask::Bias(g.input("bias", DType::F32, &[1, 4, sq, 600]).unwrap()),
-            _ => AttentionMask::CausalLen(g.input("len", DType::I64, &[]).unwrap()),
+            "causal_len" => AttentionMask::CausalLen(g.input("len", DType::I64, &[]).unwrap()),
+            // A window crossing a chunk of keys.
+            _ => AttentionMask::SlidingLen(g.input("len", DType::I64, &[]).unwrap(), 300),
         };
         let y = g.attention(q, k, v, m, None).unwrap();
         g.set_outputs(&[y]).unwrap();

@@ -3,7 +3,17 @@ use rlx::prelude::*;
 
 #[allow(clippy::too_many_arguments)]
 /// `len`: only the first `len` keys exist (a causal length); `None` = all of them.
-fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, len: Option<usize>, scale: f64) -> Vec<f64> {
+/// `window`: a causal query sees only that many keys, its own included.
+fn reference(
+    q: &In,
+    k: &In,
+    v: &In,
+    bias: Option<&In>,
+    causal: bool,
+    len: Option<usize>,
+    window: Option<usize>,
+    scale: f64,
+) -> Vec<f64> {
     let [b, hq, sq, d] = [q.dims[0], q.dims[1], q.dims[2], q.dims[3]];
     let [hkv, skv, dv] = [k.dims[1], k.dims[2], v.dims[3]];
     let filled = len.unwrap_or(skv);
@@ -12,9 +22,13 @@ fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, len: Optio
         for h in 0..hq {
             let kh = h * hkv / hq;
             for i in 0..sq {
+                // Query i stands at position i + filled - sq.
+                let visible = |j: usize| {
+                    j < filled && !(causal && j + sq > i + filled) && window.is_none_or(|w| j + w + sq > i + filled)
+                };
                 let scores: Vec<f64> = (0..skv)
                     .map(|j| {
-                        if j >= filled || (causal && j + sq > i + filled) {
+                        if !visible(j) {
                             return f64::NEG_INFINITY;
                         }
                         let dot: f64 = (0..d)
@@ -29,7 +43,6 @@ fn reference(q: &In, k: &In, v: &In, bias: Option<&In>, causal: bool, len: Optio
                 let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
                 let z: f64 = e.iter().sum();
                 // Keys past the causal limit or the filled length are not read at all.
-                let visible = |j: usize| j < filled && !(causal && j + sq > i + filled);
                 for t in 0..dv {
                     out.push(
                         (0..skv)
@@ -56,6 +69,8 @@ fn attention_matches_reference() {
         BiasFull,
         /// Causal over the first `len` keys.
         CausalLen(usize),
+        /// The same, each query seeing only the last `window` keys.
+        SlidingLen(usize, usize),
     }
     let cases = [
         (1usize, 1usize, 1usize, 1usize, 1usize, 1usize, 1usize, M::None, None),
@@ -73,6 +88,13 @@ fn attention_matches_reference() {
         // Past one 64-row block of queries, on enough work to run in parallel.
         (1, 3, 1, 70, 80, 16, 16, M::CausalLen(75), None),
         (1, 2, 2, 130, 130, 8, 8, M::Causal, None),
+        // Sliding windows: a decode step past the window, a prefill wider than the
+        // window (rows of one block see different key ranges), a window of 1, and one
+        // wider than the cache.
+        (1, 4, 1, 1, 12, 8, 8, M::SlidingLen(9, 3), None),
+        (1, 2, 1, 70, 80, 16, 16, M::SlidingLen(75, 17), None),
+        (2, 2, 2, 5, 9, 4, 4, M::SlidingLen(7, 1), Some(0.5)),
+        (1, 3, 3, 4, 6, 4, 4, M::SlidingLen(6, 100), None),
     ];
     for dtype in FLOATS {
         for &(b, hq, hkv, sq, skv, d, dv, mask, scale) in &cases {
@@ -89,14 +111,15 @@ fn attention_matches_reference() {
             }
             let s = scale.map_or(1.0 / (d as f64).sqrt(), |s| s as f64);
             let use_bias = matches!(mask, M::BiasRow | M::BiasFull);
-            let (causal, len) = match mask {
-                M::Causal => (true, None),
-                M::CausalLen(len) => (true, Some(len)),
-                _ => (false, None),
+            let (causal, len, window) = match mask {
+                M::Causal => (true, None, None),
+                M::CausalLen(len) => (true, Some(len), None),
+                M::SlidingLen(len, w) => (true, Some(len), Some(w)),
+                _ => (false, None, None),
             };
-            let expected = reference(&q, &k, &v, use_bias.then_some(&bias), causal, len, s);
+            let expected = reference(&q, &k, &v, use_bias.then_some(&bias), causal, len, window, s);
             let fourth = match mask {
-                M::CausalLen(len) => input(DType::I32, &[], vec![len as f64]),
+                M::CausalLen(len) | M::SlidingLen(len, _) => input(DType::I32, &[], vec![len as f64]),
                 _ => bias,
             };
             let got = eval_ok(&[q, k, v, fourth], |g, x| {
@@ -104,6 +127,7 @@ fn attention_matches_reference() {
                     M::None => AttentionMask::None,
                     M::Causal => AttentionMask::Causal,
                     M::CausalLen(_) => AttentionMask::CausalLen(x[3]),
+                    M::SlidingLen(_, w) => AttentionMask::SlidingLen(x[3], w),
                     _ => AttentionMask::Bias(x[3]),
                 };
                 g.attention(x[0], x[1], x[2], m, scale)
@@ -155,6 +179,11 @@ fn attention_rejects_bad_shapes() {
         .unwrap_err();
         assert!(e.message().contains(&format!("causal length {len}")), "{e}");
     }
+    let e = eval(&[t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4]), t(&[1, 2, 3, 4]), input(DType::I64, &[], vec![3.0])], |g, x| {
+        g.attention(x[0], x[1], x[2], AttentionMask::SlidingLen(x[3], 0), None)
+    })
+    .unwrap_err();
+    assert!(e.message().contains("window"), "{e}");
 }
 
 #[test]
@@ -175,7 +204,7 @@ fn masked_keys_never_reach_earlier_rows() {
     let q = input(DType::F32, &[1, 1, 3, 2], vec![0.1, 0.2, 0.3, -0.1, 0.5, 0.5]);
     let k = input(DType::F32, &[1, 1, 3, 2], vec![0.2, 0.1, -0.3, 0.4, 0.0, 1.0]);
     let v = input(DType::F32, &[1, 1, 3, 2], vec![1.0, 2.0, 3.0, 4.0, f64::INFINITY, 0.0]);
-    let expected = reference(&q, &k, &v, None, true, None, 1.0 / 2f64.sqrt());
+    let expected = reference(&q, &k, &v, None, true, None, None, 1.0 / 2f64.sqrt());
     let got = eval_ok(&[q, k, v], |g, x| g.attention(x[0], x[1], x[2], AttentionMask::Causal, None)).to_f64_vec();
     for i in 0..4 {
         assert!((got[i] - expected[i]).abs() < 1e-6, "row {}: {} vs {}", i / 2, got[i], expected[i]);

@@ -29,6 +29,8 @@ pub struct AttentionPlan {
     pub causal: bool,
     /// The causal length is operand 3, read at run time (a KV cache's filled part).
     pub causal_len: bool,
+    /// A causal query sees only this many keys, its own included (sliding window).
+    pub window: Option<usize>,
     /// Strides of the bias over `[b, hq, sq, skv]` when there is one.
     pub bias_strides: Option<Vec<usize>>,
 }
@@ -58,15 +60,21 @@ impl AttentionPlan {
             d: q[3],
             dv: v[3],
             scale: scale.map_or(1.0 / (q[3] as f64).sqrt(), f64::from),
-            causal: matches!(mask, rlx_ir::MaskKind::Causal | rlx_ir::MaskKind::CausalLen),
-            causal_len: mask == rlx_ir::MaskKind::CausalLen,
+            causal: mask == rlx_ir::MaskKind::Causal || mask.has_len(),
+            causal_len: mask.has_len(),
+            window: mask.window(),
             bias_strides: bias.map(|d| broadcast_strides(d, &full)),
         }
     }
 
-    /// Keys visible to query row `i` when the first `len` keys are filled.
+    /// End of the keys visible to query row `i` when the first `len` keys are filled.
     fn visible(&self, i: usize, len: usize) -> usize {
         if self.causal { i + len - self.sq + 1 } else { len }
+    }
+
+    /// Start of the keys visible to query row `i` (0 without a sliding window).
+    fn first_visible(&self, i: usize, len: usize) -> usize {
+        self.window.map_or(0, |w| self.visible(i, len).saturating_sub(w))
     }
 }
 
@@ -112,41 +120,47 @@ fn attention_f32(
         return;
     }
     let scale = p.scale as f32;
-    // Rows `r0..r0 + o.len() / dv` of query head `bh`.
+    // Rows `r0..r0 + o.len() / dv` of query head `bh`: together they see keys
+    // `lo..hi`, row `i` the part `first_visible(i)..visible(i)` of it.
     let block = |bh: usize, r0: usize, o: &mut [f32]| {
         let rows = o.len() / dv;
         let (b, h) = (bh / p.hq, bh % p.hq);
         let kv = (b * p.hkv + h / group) * p.skv;
-        let keys = p.visible(r0 + rows - 1, len);
+        let (lo, hi) = (p.first_visible(r0, len), p.visible(r0 + rows - 1, len));
+        let keys = hi - lo;
         if keys == 0 {
             o.fill(0.0); // no keys (skv = 0): the plain loop's empty sum
             return;
         }
-        let (kh, vh) = (&k[kv * d..][..keys * d], &v[kv * dv..][..keys * dv]);
+        let (kh, vh) = (&k[(kv + lo) * d..][..keys * d], &v[(kv + lo) * dv..][..keys * dv]);
         let qb = &q[((b * p.hq + h) * p.sq + r0) * d..][..rows * d];
+        let seen = |i: usize| (p.first_visible(r0 + i, len) - lo, p.visible(r0 + i, len) - lo);
         crate::threads::with_scratch::<f32, _>(2 * rows * keys, |scratch| {
             let (s, probs) = scratch.split_at_mut(rows * keys);
             // S = Q Kᵀ: K [keys, d] read transposed.
             f32::gemm(rows, d, keys, qb, (d, 1), kh, (1, d), s, keys, 1);
             for (i, (srow, prow)) in s.chunks_exact_mut(keys).zip(probs.chunks_exact_mut(keys)).enumerate() {
-                let vis = p.visible(r0 + i, len);
-                srow[..vis].iter_mut().for_each(|x| *x *= scale);
+                let (from, to) = seen(i);
+                srow[from..to].iter_mut().for_each(|x| *x *= scale);
                 if let (Some(bias), Some(st)) = (bias, &p.bias_strides) {
-                    let at = b * st[0] + h * st[1] + (r0 + i) * st[2];
-                    srow[..vis].iter_mut().enumerate().for_each(|(j, x)| *x += bias[at + j * st[3]]);
+                    let at = b * st[0] + h * st[1] + (r0 + i) * st[2] + (lo + from) * st[3];
+                    srow[from..to].iter_mut().enumerate().for_each(|(j, x)| *x += bias[at + j * st[3]]);
                 }
-                rows::softmax_rows(arm, &srow[..vis], &mut prow[..vis], vis);
-                prow[vis..].fill(0.0);
+                rows::softmax_rows(arm, &srow[from..to], &mut prow[from..to], to - from);
+                prow[..from].fill(0.0);
+                prow[to..].fill(0.0);
             }
-            // O = P V. A non-finite V row that only later rows of the block see would
-            // reach earlier rows as 0 * inf = NaN; then each row takes only its own keys.
-            let first = p.visible(r0, len);
-            if vh[first * dv..].iter().all(|v| v.is_finite()) {
+            // O = P V. A non-finite V row that some row of the block does not see would
+            // reach it as 0 * inf = NaN; then each row takes only its own keys.
+            let (shared_from, shared_to) = (seen(rows - 1).0, seen(0).1);
+            let finite = |rows: &[f32]| rows.iter().all(|v| v.is_finite());
+            if finite(&vh[..shared_from * dv]) && finite(&vh[shared_to * dv..]) {
                 f32::gemm(rows, keys, dv, probs, (keys, 1), vh, (dv, 1), o, dv, 1);
             } else {
                 for (i, orow) in o.chunks_exact_mut(dv).enumerate() {
-                    let vis = p.visible(r0 + i, len);
-                    f32::gemm(1, vis, dv, &probs[i * keys..][..vis], (vis, 1), vh, (dv, 1), orow, dv, 1);
+                    let (from, to) = seen(i);
+                    let (pr, vr) = (&probs[i * keys + from..i * keys + to], &vh[from * dv..to * dv]);
+                    f32::gemm(1, to - from, dv, pr, (to - from, 1), vr, (dv, 1), orow, dv, 1);
                 }
             }
         })
@@ -185,9 +199,9 @@ fn attention_typed<T: Float>(
             let kbase = (b * p.hkv + h / group) * p.skv;
             for (i, orow) in out.chunks_exact_mut(p.dv).enumerate() {
                 let qrow = &q[((b * p.hq + h) * p.sq + i) * p.d..][..p.d];
-                let visible = p.visible(i, len);
+                let (first, visible) = (p.first_visible(i, len), p.visible(i, len));
                 let mut max = T::MAX_ID;
-                for (j, s) in scores.iter_mut().enumerate().take(visible) {
+                for (j, s) in scores.iter_mut().enumerate().take(visible).skip(first) {
                     let krow = &k[(kbase + j) * p.d..][..p.d];
                     let dot = qrow.iter().zip(krow).fold(T::ZERO, |a, (&x, &y)| a + x * y);
                     let mut score = dot * scale;
@@ -198,12 +212,12 @@ fn attention_typed<T: Float>(
                     max = max.max_nan(score);
                 }
                 let mut sum = T::ZERO;
-                for s in scores.iter_mut().take(visible) {
+                for s in scores.iter_mut().take(visible).skip(first) {
                     *s = (*s - max).exp();
                     sum += *s;
                 }
                 orow.fill(T::ZERO);
-                for (j, &s) in scores.iter().enumerate().take(visible) {
+                for (j, &s) in scores.iter().enumerate().take(visible).skip(first) {
                     let w = s / sum;
                     let vrow = &v[(kbase + j) * p.dv..][..p.dv];
                     orow.iter_mut().zip(vrow).for_each(|(o, &x)| *o += w * x);

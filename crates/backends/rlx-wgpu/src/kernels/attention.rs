@@ -1,4 +1,5 @@
-//! Attention: causal, causal over a length read at run time, additive bias, GQA.
+//! Attention: causal, causal over a length read at run time (with or without a sliding
+//! window), additive bias, GQA.
 //!
 //! One workgroup of 64 threads per query row `(b, h, i)`: the visible keys are taken
 //! `CHUNK` at a time, the threads computing a chunk's scores into shared memory, the
@@ -31,7 +32,7 @@ pub fn attention(mask: MaskKind, scale: Option<f32>, ins: &[Tensor], out: &Tenso
     let (limit, bias, checks) = match mask {
         MaskKind::None => ("skv".to_string(), "", false),
         MaskKind::Causal => ("qi + skv - sq + 1u".to_string(), "", false),
-        MaskKind::CausalLen => {
+        MaskKind::CausalLen | MaskKind::SlidingLen { .. } => {
             let word = ins[3].index_word()?;
             operands.push((3, word));
             (format!("causal_len({}, qi, sq, skv)", index_expr(word, 3, "0u")), "", true)
@@ -62,6 +63,10 @@ pub fn attention(mask: MaskKind, scale: Option<f32>, ins: &[Tensor], out: &Tenso
     let per_pass = (CHUNK / 64) * (1 + d) + 12 + CHUNK / 64 + dv.div_ceil(64) * (1 + CHUNK);
     within_loop_limit(skv.div_ceil(CHUNK).saturating_mul(per_pass) + OUTS_PER_THREAD)?;
     let store = store_round(out.dtype, "acc[t] / total");
+    let start = match mask.window() {
+        Some(w) => format!("n - min(n, {}u)", u32::try_from(w).ok()?),
+        None => "0u".to_string(),
+    };
     let body = format!(
         r#"{IDX64}fn causal_len(len: i32, qi: u32, sq: u32, skv: u32) -> u32 {{
     if (len < i32(sq) || len > i32(skv)) {{ fail(0u, len); return 0u; }}
@@ -100,10 +105,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let ko = (bb * hkv + kh) * skv * d;
     let vo = (bb * hkv + kh) * skv * dv;
     let n = {limit};
+    // A sliding window starts the keys later.
+    let n0 = {start};
     var run_max = -bitcast<f32>(0x7f800000u);
     var total = 0.0;
     var acc: array<f32, {OUTS_PER_THREAD}>;
-    for (var c0 = 0u; c0 < n; c0 += {CHUNK}u) {{
+    for (var c0 = n0; c0 < n; c0 += {CHUNK}u) {{
         let cn = min({CHUNK}u, n - c0);
         var local_max = -bitcast<f32>(0x7f800000u);
         for (var kk = li; kk < cn; kk += 64u) {{
