@@ -1,28 +1,78 @@
 //! `rlx generate`, `rlx inspect FILE.gguf` and `rlx bench llm`.
 
 use rlx::gguf::Gguf;
-use rlx::models::{Completion, Llama, LlamaOptions, Sampler, SamplerConfig, TokenId};
+use rlx::models::{Completion, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TokenId};
 use rlx::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// Which model to load and how to run it.
+pub struct ModelChoice {
+    pub path: Option<PathBuf>,
+    pub threads: Option<usize>,
+    pub context: usize,
+    pub f32_decode: bool,
+    pub device: Device,
+}
+
+impl ModelChoice {
+    fn load(&self) -> Result<(Llama, PathBuf)> {
+        let path = model_path(self.path.as_deref())?;
+        let options = LlamaOptions {
+            context: self.context,
+            threads: self.threads,
+            q8_decode: !self.f32_decode,
+            device: self.device,
+        };
+        Ok((Llama::load(&path, &options)?, path))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} threads, {} decode",
+            self.threads.unwrap_or_else(rlx::runtime::cpu::default_threads),
+            if self.f32_decode { "f32" } else { "q8" }
+        )
+    }
+}
+
 /// What `rlx generate` was asked for.
 pub struct GenerateArgs {
-    pub model: Option<PathBuf>,
+    pub model: ModelChoice,
     pub prompt: String,
     pub max_new: usize,
     pub sampler: SamplerConfig,
     pub chat: bool,
     pub system: Option<String>,
-    pub threads: Option<usize>,
-    pub context: usize,
-    pub f32_decode: bool,
-    pub device: Device,
     /// Parse control-token strings in the user's text as control tokens (`--special`).
     pub special: bool,
     /// Stop strings (OpenAI's semantics: the first occurrence ends the text, unprinted).
     pub stops: Vec<String>,
+    /// Keep the tail of a prompt longer than the context.
+    pub truncate: bool,
+    /// One JSON object instead of streamed text.
+    pub json: bool,
+}
+
+/// The prompt from `-p TEXT`, `-p -` (standard input) or `-f FILE`.
+pub fn read_prompt(prompt: Option<&str>, file: Option<&Path>) -> Result<String> {
+    match (prompt, file) {
+        (Some("-"), _) => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| Error::io(format!("reading the prompt from standard input: {e}")))?;
+            Ok(text)
+        }
+        (Some(text), _) => Ok(text.to_string()),
+        (None, Some(path)) => {
+            let bytes = std::fs::read(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
+            String::from_utf8(bytes).map_err(|e| {
+                Error::input(format!("{}: not UTF-8 text (byte {})", path.display(), e.utf8_error().valid_up_to()))
+            })
+        }
+        (None, None) => Err(Error::input("no prompt: give -p TEXT, -p - (standard input) or -f FILE")),
+    }
 }
 
 /// The model path given, or the default one, which must exist.
@@ -35,41 +85,184 @@ pub fn model_path(given: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// `rlx generate`. Control-token strings (`<|im_start|>` ...) typed in the prompt, the
-/// system message or the chat message are plain text unless `args.special`: only the chat
-/// template's own markers are control tokens, so a message cannot open a turn of its own.
-pub fn generate(args: &GenerateArgs) -> Result<()> {
-    let special = args.special;
-    let path = model_path(args.model.as_deref())?;
-    let options =
-        LlamaOptions { context: args.context, threads: args.threads, q8_decode: !args.f32_decode, device: args.device };
-    let mut model = Llama::load(&path, &options)?;
-    let prompt = model
-        .encode_request(&args.prompt, args.chat, args.system.as_deref(), special)
-        .map_err(|e| e.context(path.display()))?;
-    if !args.chat {
-        print!("{}", args.prompt);
+/// A prompt that fits the context: an error naming both lengths, or with `truncate` its
+/// last tokens (BOS kept first), leaving room for `max_new` tokens (at most half the
+/// context).
+fn fit_prompt(model: &Llama, mut prompt: Vec<TokenId>, max_new: usize, truncate: bool) -> Result<Vec<TokenId>> {
+    let context = model.context();
+    if prompt.len() <= context {
+        return Ok(prompt);
     }
+    if !truncate {
+        return Err(Error::input(format!(
+            "the prompt is {} tokens, longer than the context of {context} tokens (raise --ctx, or --truncate keeps its end)",
+            prompt.len()
+        )));
+    }
+    let keep = context - max_new.clamp(1, context / 2).min(context - 1);
+    let bos: Vec<TokenId> =
+        model.tokenizer.prompt_start().into_iter().filter(|&b| prompt.first() == Some(&b)).collect();
+    let tail = prompt.split_off(prompt.len() - (keep - bos.len()));
+    eprintln!("note: the prompt of {} tokens is cut to its last {keep} (context {context})", prompt.len() + tail.len());
+    Ok([bos, tail].concat())
+}
+
+/// A rate for the summary line (`-` when nothing ran).
+fn rate(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".to_string(), |r| format!("{r:.1}"))
+}
+
+/// `rlx generate`. Control-token strings (`<|im_start|>` ...) typed in the prompt or the
+/// system message are plain text unless `args.special`: only the chat template's own
+/// markers are control tokens, so a message cannot open a turn of its own.
+pub fn generate(args: &GenerateArgs) -> Result<()> {
+    let (mut model, path) = args.model.load()?;
+    let prompt = model
+        .encode_request(&args.prompt, args.chat, args.system.as_deref(), args.special)
+        .map_err(|e| e.context(path.display()))?;
+    let prompt = fit_prompt(&model, prompt, args.max_new, args.truncate)?;
     let sampler = Sampler::new(args.sampler.clone())?;
+    let start = Instant::now();
     let mut completion = Completion::begin(&mut model, &prompt, args.max_new, sampler, &args.stops)?;
     let mut stdout = std::io::stdout();
-    while let Some(text) = completion.next_text(&mut model)? {
-        write!(stdout, "{text}").and_then(|_| stdout.flush()).map_err(|e| Error::io(format!("stdout: {e}")))?;
+    let mut out = |text: &str| {
+        write!(stdout, "{text}").and_then(|_| stdout.flush()).map_err(|e| Error::io(format!("stdout: {e}")))
+    };
+    if !args.chat && !args.json {
+        out(&args.prompt)?;
+    }
+    let mut text = String::new();
+    while let Some(piece) = completion.next_text(&mut model)? {
+        if !args.json {
+            out(&piece)?;
+        }
+        text.push_str(&piece);
+    }
+    let (tokens, stats) = (&completion.generation.tokens, &completion.generation.stats);
+    let full = completion.generation.filled_context();
+    if args.json {
+        let report = serde_json::json!({
+            "text": text,
+            "model": path.display().to_string(),
+            "prompt_tokens": stats.prompt_tokens,
+            "generated_tokens": tokens.len(),
+            "finish_reason": completion.finish_reason().map(|f| f.name()),
+            "context": model.context(),
+            "context_full": full,
+            "timings": {
+                "compile_seconds": stats.compile_seconds,
+                "prompt_seconds": stats.prompt_seconds,
+                "generate_seconds": stats.generate_seconds,
+                "total_seconds": start.elapsed().as_secs_f64(),
+                "prompt_tokens_per_second": stats.prompt_tokens_per_second(),
+                "generate_tokens_per_second": stats.generate_tokens_per_second(),
+            },
+        });
+        println!("{report}");
+        return Ok(());
     }
     println!();
-    let (tokens, stats) = (&completion.generation.tokens, &completion.generation.stats);
     eprintln!();
+    if full {
+        eprintln!("note: the context of {} tokens is full: generation ended (raise --ctx for more)", model.context());
+    }
     eprintln!(
-        "prompt: {} tokens, {:.1} tok/s | generation: {} tokens, {:.1} tok/s | compile {:.0} ms ({} threads, {} decode)",
+        "prompt: {} tokens, {} tok/s | generation: {} tokens, {} tok/s | compile {:.0} ms ({})",
         stats.prompt_tokens,
-        stats.prompt_tokens_per_second(),
+        rate(stats.prompt_tokens_per_second()),
         tokens.len(),
-        stats.generate_tokens_per_second(),
+        rate(stats.generate_tokens_per_second()),
         stats.compile_seconds * 1e3,
-        args.threads.unwrap_or_else(rlx::runtime::cpu::default_threads),
-        if args.f32_decode { "f32" } else { "q8" }
+        args.model.describe()
     );
     Ok(())
+}
+
+/// `rlx chat`: a conversation in the terminal. Each turn prefills only what is new: the
+/// cache keeps the longest prefix of the new prompt it already holds; when the context
+/// fills up, the oldest turns are dropped (with a notice) and the rest is prefilled again.
+pub fn chat(choice: &ModelChoice, sampler: SamplerConfig, system: Option<String>, max_new: usize) -> Result<()> {
+    let (mut model, path) = choice.load()?;
+    let template = model.chat_template().map_err(|e| e.context(path.display()))?;
+    let mut system = system;
+    let mut history: Vec<Message> = Vec::new();
+    // The tokens the cache holds.
+    let mut cached: Vec<TokenId> = Vec::new();
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    let interactive = std::io::IsTerminal::is_terminal(&stdin);
+    eprintln!(
+        "rlx chat: {} (context {} tokens, {}). /reset starts over, /system TEXT sets the system message, /quit leaves.",
+        path.display(),
+        model.context(),
+        choice.describe()
+    );
+    loop {
+        if interactive {
+            write!(stdout, "> ").and_then(|_| stdout.flush()).map_err(|e| Error::io(format!("stdout: {e}")))?;
+        }
+        let mut line = String::new();
+        let read = stdin.read_line(&mut line).map_err(|e| Error::io(format!("stdin: {e}")))?;
+        if read == 0 {
+            return Ok(());
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.split_once(' ').map_or((line, ""), |(c, rest)| (c, rest)) {
+            ("/quit" | "/exit", _) => return Ok(()),
+            ("/reset", _) => {
+                history.clear();
+                cached.clear();
+                model.reset();
+                eprintln!("(conversation cleared)");
+                continue;
+            }
+            ("/system", text) => {
+                system = Some(text.to_string()).filter(|t| !t.is_empty());
+                history.clear();
+                cached.clear();
+                model.reset();
+                eprintln!("(system message set; conversation cleared)");
+                continue;
+            }
+            _ if line.trim().is_empty() => continue,
+            _ => {}
+        }
+        history.push(Message::new("user", line));
+        let reply = loop {
+            let mut messages: Vec<Message> = system.iter().map(|s| Message::new("system", s)).collect();
+            messages.extend(history.iter().cloned());
+            let ids = template.encode(&model.tokenizer, &messages, true, false)?;
+            // Room for the reply: drop the oldest exchange while it does not fit.
+            if ids.len() + max_new.min(model.context() / 2) > model.context() && history.len() > 1 {
+                let drop = history.iter().skip(1).position(|m| m.role == "user").map_or(history.len() - 1, |i| i + 1);
+                history.drain(..drop);
+                eprintln!("(the context is full: the oldest turns were dropped)");
+                continue;
+            }
+            // The cache keeps the longest prefix it shares with the new prompt (at least
+            // one token is run, for the logits that follow).
+            let shared = cached.iter().zip(&ids).take_while(|(a, b)| a == b).count().min(ids.len() - 1);
+            model.rewind(shared)?;
+            let new = &ids[shared..];
+            let mut completion = Completion::begin(&mut model, new, max_new, Sampler::new(sampler.clone())?, &[])?;
+            let mut reply = String::new();
+            while let Some(piece) = completion.next_text(&mut model)? {
+                write!(stdout, "{piece}")
+                    .and_then(|_| stdout.flush())
+                    .map_err(|e| Error::io(format!("stdout: {e}")))?;
+                reply.push_str(&piece);
+            }
+            writeln!(stdout).map_err(|e| Error::io(format!("stdout: {e}")))?;
+            if completion.generation.filled_context() {
+                eprintln!("(the context of {} tokens is full: the reply was cut)", model.context());
+            }
+            let mut all = [&ids[..], &completion.generation.tokens[..]].concat();
+            all.truncate(model.position());
+            cached = all;
+            break reply;
+        };
+        history.push(Message::new("assistant", &reply));
+    }
 }
 
 /// `rlx inspect FILE.gguf`: metadata and tensors.

@@ -17,10 +17,73 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "rlx", version, about = "RLX: compile and run tensor graphs", disable_help_subcommand = true)]
+#[command(name = "rlx", version, about = "RLX: compile and run tensor graphs", arg_required_else_help = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// Which model and how to run it (shared by `generate` and `chat`).
+#[derive(clap::Args)]
+struct ModelArgs {
+    /// The model (default: SmolLM2-135M-Instruct Q4_1 in $RLX_MODELS or ~/.cache/rlx).
+    #[arg(long, short)]
+    model: Option<PathBuf>,
+    /// Worker threads (default: RLX_THREADS or all cores).
+    #[arg(long, short)]
+    threads: Option<usize>,
+    /// KV cache size in tokens (0: the model's context, at most 2048).
+    #[arg(long, short = 'c', visible_alias = "ctx-size", default_value_t = 0)]
+    ctx: usize,
+    /// Decode with f32 activations instead of 8-bit integer dot products.
+    #[arg(long)]
+    f32_decode: bool,
+    /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+/// The sampler's settings.
+#[derive(clap::Args)]
+struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temp: f32,
+    /// Seed of the sampler's random generator.
+    #[arg(long, short = 's', default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Repetition penalty over the last 64 tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+}
+
+impl SamplingArgs {
+    fn config(&self) -> rlx::models::SamplerConfig {
+        rlx::models::SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repetition_penalty: self.repeat_penalty,
+            seed: self.seed,
+            ..Default::default()
+        }
+    }
+}
+
+impl ModelArgs {
+    fn options(&self) -> rlx::Result<llm::ModelChoice> {
+        Ok(llm::ModelChoice {
+            path: self.model.clone(),
+            threads: self.threads,
+            context: self.ctx,
+            f32_decode: self.f32_decode,
+            device: Device::from_name(&self.device)?,
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -31,57 +94,60 @@ enum Command {
         /// A graph in RLX's JSON format (docs/graph-format.md), a .gguf or an .onnx file.
         graph: PathBuf,
     },
-    /// Generate text with a Llama-family GGUF model, streaming tokens as they come.
+    /// Generate text with a GGUF model (Llama, Gemma 3 families), streaming tokens as
+    /// they come. The flags llama.cpp users type work: -m -p -f -n -t -c.
     Generate {
-        /// The model (default: SmolLM2-135M-Instruct Q4_1 in $RLX_MODELS or ~/.cache/rlx).
-        #[arg(long)]
-        model: Option<PathBuf>,
-        /// The prompt text.
-        #[arg(long, short)]
-        prompt: String,
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The prompt text (`-` reads it from standard input).
+        #[arg(long, short, conflicts_with = "file", required_unless_present = "file")]
+        prompt: Option<String>,
+        /// Read the prompt from a file.
+        #[arg(long, short, value_name = "FILE")]
+        file: Option<PathBuf>,
         /// Tokens to generate at most (stops early at end of sequence).
-        #[arg(short = 'n', long = "max-tokens", default_value_t = 128)]
+        #[arg(short = 'n', long = "max-tokens", visible_alias = "n-predict", default_value_t = 128)]
         max_tokens: usize,
-        /// Sampling temperature; 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
-        temp: f32,
-        /// Seed of the sampler's random generator.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        #[arg(long, default_value_t = 40)]
-        top_k: usize,
-        #[arg(long, default_value_t = 0.95)]
-        top_p: f32,
-        /// Repetition penalty over the last 64 tokens (1 = off).
-        #[arg(long, default_value_t = 1.0)]
-        repeat_penalty: f32,
+        #[command(flatten)]
+        sampling: SamplingArgs,
         /// Wrap the prompt in the model's chat template (as the user's message).
         #[arg(long)]
         chat: bool,
         /// A system message for --chat (default: the template's own).
-        #[arg(long)]
+        #[arg(long, requires = "chat")]
         system: Option<String>,
-        /// Worker threads (default: RLX_THREADS or all cores).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// KV cache size in tokens (0: the model's context, at most 2048).
-        #[arg(long, default_value_t = 0)]
-        ctx: usize,
-        /// Decode with f32 activations instead of 8-bit integer dot products.
-        #[arg(long)]
-        f32_decode: bool,
         /// Parse control-token strings typed in the prompt or system message (e.g.
         /// <|im_start|>) as control tokens; by default they are plain text and only the
         /// chat template's own markers are control tokens.
         #[arg(long)]
         special: bool,
-        /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
-        #[arg(long, default_value = "cpu")]
-        device: String,
         /// End generation at this text, which is not printed (repeatable; the first
         /// occurrence of any of them counts).
         #[arg(long = "stop", value_name = "STR")]
         stops: Vec<String>,
+        /// A prompt longer than the context keeps its last tokens (room is left for
+        /// generation) instead of being an error.
+        #[arg(long)]
+        truncate: bool,
+        /// Print one JSON object (text, token counts, timings, finish reason) instead of
+        /// streaming text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Chat with a GGUF model in the terminal: each turn continues the conversation in
+    /// the KV cache. `/reset` starts over, `/system TEXT` sets the system message,
+    /// `/quit` (or end of input) leaves.
+    Chat {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// The system message (default: the template's own).
+        #[arg(long)]
+        system: Option<String>,
+        /// Tokens per reply at most.
+        #[arg(short = 'n', long = "max-tokens", visible_alias = "n-predict", default_value_t = 512)]
+        max_tokens: usize,
     },
     /// Compile a graph for a device, run it on .npy inputs and print or save the outputs.
     Run {
@@ -182,14 +248,14 @@ fn main() -> ExitCode {
     restore_default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // clap's whole report: what was wrong (naming the argument), the usage line and
+        // where to get help; bare `rlx` prints the command list. Exit 2, as clap does.
         Err(e) if e.use_stderr() => {
-            // clap's report is several lines; the first one says what was wrong.
-            let text = e.to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("error: bad arguments"));
+            let _ = e.print();
             return ExitCode::from(2);
         }
         Err(e) => {
-            // --help and --version.
+            // --help, `rlx help CMD` and --version.
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
@@ -201,43 +267,33 @@ fn main() -> ExitCode {
         Command::Generate {
             model,
             prompt,
+            file,
             max_tokens,
-            temp,
-            seed,
-            top_k,
-            top_p,
-            repeat_penalty,
+            sampling,
             chat,
             system,
-            threads,
-            ctx,
-            f32_decode,
             special,
-            device,
             stops,
-        } => Device::from_name(&device).and_then(|device| {
+            truncate,
+            json,
+        } => model.options().and_then(|model| {
+            let prompt = llm::read_prompt(prompt.as_deref(), file.as_deref())?;
             llm::generate(&llm::GenerateArgs {
                 model,
                 prompt,
                 max_new: max_tokens,
-                sampler: rlx::models::SamplerConfig {
-                    temperature: temp,
-                    top_k,
-                    top_p,
-                    repetition_penalty: repeat_penalty,
-                    seed,
-                    ..Default::default()
-                },
+                sampler: sampling.config(),
                 chat,
                 system,
-                threads,
-                context: ctx,
-                f32_decode,
-                device,
                 special,
                 stops,
+                truncate,
+                json,
             })
         }),
+        Command::Chat { model, sampling, system, max_tokens } => {
+            model.options().and_then(|model| llm::chat(&model, sampling.config(), system, max_tokens))
+        }
         Command::Run { graph, inputs, params, out, device } => {
             Device::from_name(&device).and_then(|d| run::run(&graph, &inputs, &params, out.as_deref(), d))
         }

@@ -132,10 +132,38 @@ fn help_for_every_command() {
         &["inspect", "--help"],
         &["demo", "--help"],
         &["generate", "--help"],
+        &["chat", "--help"],
         &["bench", "--help"],
+        &["help", "generate"],
+        &["help", "chat"],
+        &["help"],
     ] {
         let o = rlx(args);
         assert!(o.status.success() && stdout(&o).contains("Usage"), "{args:?}");
+    }
+    // Bare `rlx` lists the commands (and fails: nothing was asked).
+    let o = rlx(&[]);
+    assert!(!o.status.success());
+    let text = stderr(&o);
+    assert!(["generate", "chat", "run", "train", "bench"].iter().all(|c| text.contains(c)), "{text}");
+}
+
+/// Argument errors print clap's whole report: what is wrong (naming the argument), the
+/// usage line and the hint; exit status 2.
+#[test]
+fn argument_errors_print_whole() {
+    for (args, culprits) in [
+        (&["generate"][..], &["--prompt", "Usage: rlx generate"][..]),
+        (&["generate", "-p", "x", "-f", "y"], &["--file", "cannot be used with"]),
+        (&["generate", "-p", "x", "--system", "s"], &["--chat", "Usage"]),
+        (&["generate", "-p", "x", "-n", "many"], &["many", "--max-tokens"]),
+        (&["frobnicate"], &["frobnicate", "Usage"]),
+    ] {
+        let o = rlx(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert!(err.lines().count() > 1, "{args:?}: {err}");
+        assert!(culprits.iter().all(|c| err.contains(c)), "{args:?}: {culprits:?} not in {err}");
     }
 }
 
@@ -181,7 +209,6 @@ fn errors_are_one_line_and_name_the_culprit() {
         ),
         (vec!["run".into(), g.into(), "--input".into(), format!("y={x_ok}")], "unknown input 'y'"),
         (vec!["run".into(), g.into(), "--input".into(), format!("x={x_ok}")], "missing input 'ids'"),
-        (vec!["frobnicate".into()], "frobnicate"),
     ];
     for (args, culprit) in cases {
         let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
@@ -308,6 +335,91 @@ fn generate_streams_text_and_reports_speed() {
         stdout(&o)
     };
     assert_eq!(sampled("5"), sampled("5"));
+}
+
+/// `rlx generate` with the flags llama.cpp users type, prompts from files and standard
+/// input, JSON output, and the context's limits.
+#[test]
+fn generate_takes_llama_cpp_flags_and_reports_limits() {
+    let Some(model) = model() else { return };
+    let model = model.display().to_string();
+    let dir = scratch("generate-flags");
+    let base = rlx(&[
+        "generate",
+        "--model",
+        &model,
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "4",
+        "--threads",
+        "1",
+    ]);
+    assert!(base.status.success(), "{}", stderr(&base));
+    let short = rlx(&["generate", "-m", &model, "-p", "The capital of France is", "-n", "4", "-t", "1", "-c", "64"]);
+    assert_eq!(stdout(&short), stdout(&base), "{}", stderr(&short));
+    let file = dir.join("prompt.txt");
+    std::fs::write(&file, "The capital of France is").unwrap();
+    let from_file = rlx(&["generate", "-m", &model, "-f", file.to_str().unwrap(), "-n", "4", "-t", "1"]);
+    assert_eq!(stdout(&from_file), stdout(&base), "{}", stderr(&from_file));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["generate", "-m", &model, "-p", "-", "-n", "4", "-t", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"The capital of France is").unwrap();
+    let from_stdin = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&from_stdin), stdout(&base), "{}", stderr(&from_stdin));
+    // --json: one object, the continuation only.
+    let o = rlx(&["generate", "-m", &model, "-p", "The capital of France is", "-n", "4", "-t", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(format!("The capital of France is{}\n", doc["text"].as_str().unwrap()), stdout(&base));
+    assert_eq!((doc["prompt_tokens"].as_u64(), doc["generated_tokens"].as_u64()), (Some(5), Some(4)), "{doc}");
+    assert_eq!(doc["finish_reason"], "length");
+    assert!(doc["timings"]["generate_tokens_per_second"].as_f64().unwrap() > 0.0, "{doc}");
+    // A prompt longer than the context names both lengths; --truncate keeps its end.
+    let long = "one two three four five six seven eight nine ten eleven twelve";
+    let o = rlx(&["generate", "-m", &model, "-p", long, "-c", "8", "-n", "2"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("the prompt is 12 tokens, longer than the context of 8 tokens"), "{}", stderr(&o));
+    let o = rlx(&["generate", "-m", &model, "-p", long, "-c", "8", "-n", "2", "--truncate"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cut to its last 6"), "{}", stderr(&o));
+    // A full context ends generation with a notice.
+    let o = rlx(&["generate", "-m", &model, "-p", "Once upon a time", "-c", "10", "-n", "50", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!((doc["context_full"].as_bool(), doc["generated_tokens"].as_u64()), (Some(true), Some(7)), "{doc}");
+    let o = rlx(&["generate", "-m", &model, "-p", "Once upon a time", "-c", "10", "-n", "50"]);
+    assert!(stderr(&o).contains("the context of 10 tokens is full"), "{}", stderr(&o));
+    // -n 0 generates nothing and prints no rate.
+    let o = rlx(&["generate", "-m", &model, "-p", "hi", "-n", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("generation: 0 tokens, - tok/s") && !stderr(&o).contains("e+"), "{}", stderr(&o));
+}
+
+/// `rlx chat` reads turns from standard input and keeps the conversation.
+#[test]
+fn chat_keeps_the_conversation() {
+    let Some(model) = model() else { return };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["chat", "-m", model.to_str().unwrap(), "-n", "24", "-t", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = "What is the capital of France?\nAnd of Italy?\n/reset\n/system Be brief.\n/quit\nnot read\n";
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let replies: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    // The second question only makes sense after the first: the answer names Rome.
+    assert!(replies.len() >= 2 && out.contains("Paris") && out.contains("Rome"), "{out}");
+    assert!(stderr(&o).contains("conversation cleared") && stderr(&o).contains("system message set"), "{}", stderr(&o));
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Text out of a generation, as `rlx generate`, the Python `Llama` and a server show it:
-//! tokens decoded into whole UTF-8 characters, the end-of-sequence token dropped, and
+//! tokens decoded into whole UTF-8 characters, the end-of-sequence (or end-of-turn) token
+//! dropped, and
 //! stop strings with OpenAI's semantics (generation ends at the first occurrence of any
 //! of them, which is not part of the text). Streamed pieces concatenate to exactly the
 //! text a non-streaming call returns: a piece never ends inside a possible stop string.
@@ -139,14 +140,14 @@ impl Completion {
     pub fn next_text(&mut self, llama: &mut Llama) -> Result<Option<String>> {
         while self.finish.is_none() {
             let Some(id) = llama.next_token(&mut self.generation, &mut self.sampler)? else {
-                let eos = self.generation.tokens.last().is_some_and(|&t| Some(t) == llama.tokenizer.eos);
+                let eos = self.generation.tokens.last().is_some_and(|&t| llama.tokenizer.ends_generation(t));
                 self.finish = Some(if eos { FinishReason::Stop } else { FinishReason::Length });
                 let tail = self.stream.finish();
                 let mut text = self.stops.push(&tail);
                 text.push_str(&self.stops.finish());
                 return Ok(Some(text).filter(|t| !t.is_empty()));
             };
-            if Some(id) == llama.tokenizer.eos {
+            if llama.tokenizer.ends_generation(id) {
                 continue;
             }
             let piece = self.stream.push(&llama.tokenizer.decode_bytes(&[id])?);

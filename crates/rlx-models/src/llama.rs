@@ -94,13 +94,16 @@ pub struct GenerateStats {
 }
 
 impl GenerateStats {
-    pub fn prompt_tokens_per_second(&self) -> f64 {
-        self.prompt_tokens as f64 / self.prompt_seconds.max(1e-12)
+    /// Prompt speed, `None` when no prompt ran (`-n 0` runs none).
+    pub fn prompt_tokens_per_second(&self) -> Option<f64> {
+        (self.prompt_seconds > 0.0).then(|| self.prompt_tokens as f64 / self.prompt_seconds)
     }
 
-    /// Decode speed: tokens after the first (which comes from the prompt pass).
-    pub fn generate_tokens_per_second(&self) -> f64 {
-        self.generated_tokens.saturating_sub(1) as f64 / self.generate_seconds.max(1e-12)
+    /// Decode speed: tokens after the first (which comes from the prompt pass); `None`
+    /// when there were none.
+    pub fn generate_tokens_per_second(&self) -> Option<f64> {
+        (self.generated_tokens > 1 && self.generate_seconds > 0.0)
+            .then(|| (self.generated_tokens - 1) as f64 / self.generate_seconds)
     }
 }
 
@@ -300,6 +303,16 @@ impl Llama {
     /// Forgets the conversation (the cache rows are overwritten by the next tokens).
     pub fn reset(&mut self) {
         self.pos = 0;
+    }
+
+    /// Keeps the first `len` tokens of the cache and forgets the rest (a conversation
+    /// whose prompt shares only that prefix with what was run).
+    pub fn rewind(&mut self, len: usize) -> Result<()> {
+        if len > self.pos {
+            return Err(Error::input(format!("cannot rewind to {len} tokens: the cache holds {}", self.pos)));
+        }
+        self.pos = len;
+        Ok(())
     }
 
     /// The graph of one step: `n` new tokens appended at input `pos`; `q8` quantizes
@@ -525,6 +538,14 @@ impl Llama {
         if prompt.is_empty() {
             return Err(Error::input("generate needs at least one prompt token"));
         }
+        if self.pos + prompt.len() > self.context {
+            return Err(Error::input(format!(
+                "the prompt is {} tokens, more than the context of {} tokens{} holds",
+                prompt.len(),
+                self.context,
+                if self.pos > 0 { format!(" ({} already used)", self.pos) } else { String::new() }
+            )));
+        }
         let mut g = Generation {
             history: prompt.to_vec(),
             tokens: Vec::new(),
@@ -533,6 +554,7 @@ impl Llama {
             logits: Vec::new(),
             pending: None,
             done: max_new == 0,
+            filled_context: false,
             stats: GenerateStats { prompt_tokens: prompt.len(), ..Default::default() },
         };
         if g.done {
@@ -575,6 +597,7 @@ impl Llama {
         // A full cache ends generation like the token limit does.
         let full = self.pos >= self.context;
         g.done = eos || g.tokens.len() == g.max_new || full;
+        g.filled_context = full && !eos && g.tokens.len() < g.max_new;
         if !g.done {
             g.pending = Some(next);
         }
@@ -597,6 +620,8 @@ pub struct Generation {
     /// The last token returned, not yet in the cache.
     pending: Option<TokenId>,
     done: bool,
+    /// Ended because the cache was full (before the token limit or end of sequence).
+    filled_context: bool,
     /// Timings so far (generation time counts only the calls into the model).
     pub stats: GenerateStats,
 }
@@ -605,6 +630,11 @@ impl Generation {
     /// Whether no token will follow.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// Whether it ended because the context was full.
+    pub fn filled_context(&self) -> bool {
+        self.filled_context
     }
 }
 
