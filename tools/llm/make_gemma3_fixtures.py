@@ -48,6 +48,7 @@ STRINGS = [
     "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
     "<bos>text after bos",
     "a<eos>b",
+    "<s>tag</s> and </s><end_of_turn>",
     "<unused0> and <unused99>",
     "<start_of_image>",
     "mixed<start_of_turn>in the middle",

@@ -265,6 +265,47 @@ pub fn chat(choice: &ModelChoice, sampler: SamplerConfig, system: Option<String>
     }
 }
 
+/// `rlx perplexity`: prints llama-perplexity's running values and final estimate.
+pub fn perplexity(choice: &ModelChoice, file: &Path, chunks: Option<usize>) -> Result<()> {
+    let mut text = read_prompt(None, Some(file))?;
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    let (mut model, path) = choice.load()?;
+    let tokens = model.tokenizer.encode_prompt(&text, false)?;
+    let ctx = choice.context;
+    eprintln!(
+        "perplexity: {} on {} ({} tokens), chunks of {ctx} tokens scored on their second half ({})",
+        path.display(),
+        file.display(),
+        tokens.len(),
+        choice.describe()
+    );
+    let start = Instant::now();
+    let progress = indicatif::ProgressBar::new(0).with_style(
+        indicatif::ProgressStyle::with_template("{bar:30} chunk {pos}/{len} {msg} ({elapsed}, eta {eta})")
+            .map_err(|e| Error::internal(e.to_string()))?,
+    );
+    let result = rlx::models::perplexity(&mut model, &tokens, ctx, chunks, |i, n, ppl| {
+        progress.set_length(n as u64);
+        progress.set_position(i as u64 + 1);
+        progress.set_message(format!("ppl {ppl:.4}"));
+    });
+    progress.finish_and_clear();
+    let p = result?;
+    let running: Vec<String> = p.running.iter().enumerate().map(|(i, v)| format!("[{}]{v:.4}", i + 1)).collect();
+    println!("{}", running.join(","));
+    println!("Final estimate: PPL = {:.4} +/- {:.5}", p.ppl, p.error);
+    eprintln!(
+        "{} tokens scored in {} chunks, {:.1} s ({:.1} tok/s)",
+        p.tokens_scored,
+        p.running.len(),
+        start.elapsed().as_secs_f64(),
+        (p.running.len() * ctx) as f64 / start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// `rlx inspect FILE.gguf`: metadata and tensors.
 pub fn inspect_gguf(path: &Path) -> Result<()> {
     let g = Gguf::open(path)?;

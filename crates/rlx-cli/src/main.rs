@@ -149,6 +149,28 @@ enum Command {
         #[arg(short = 'n', long = "max-tokens", visible_alias = "n-predict", default_value_t = 512)]
         max_tokens: usize,
     },
+    /// Perplexity of a text under a GGUF model, computed as llama.cpp's llama-perplexity
+    /// does (chunks of --ctx tokens, each scored on its second half).
+    Perplexity {
+        /// The model (default: SmolLM2-135M-Instruct Q4_1 in $RLX_MODELS or ~/.cache/rlx).
+        #[arg(long, short)]
+        model: Option<PathBuf>,
+        /// The text (UTF-8; one trailing newline is dropped, as llama.cpp does).
+        #[arg(long, short, value_name = "FILE")]
+        file: PathBuf,
+        /// Tokens per chunk.
+        #[arg(long, short = 'c', visible_alias = "ctx-size", default_value_t = 512)]
+        ctx: usize,
+        /// Score at most this many chunks (default: all the text holds).
+        #[arg(long)]
+        chunks: Option<usize>,
+        /// Worker threads (default: RLX_THREADS or all cores).
+        #[arg(long, short)]
+        threads: Option<usize>,
+        /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+    },
     /// Compile a graph for a device, run it on .npy inputs and print or save the outputs.
     Run {
         /// A graph in RLX's JSON format, or an .onnx model.
@@ -293,6 +315,12 @@ fn main() -> ExitCode {
         }),
         Command::Chat { model, sampling, system, max_tokens } => {
             model.options().and_then(|model| llm::chat(&model, sampling.config(), system, max_tokens))
+        }
+        Command::Perplexity { model, file, ctx, chunks, threads, device } => {
+            Device::from_name(&device).and_then(|device| {
+                let choice = llm::ModelChoice { path: model, threads, context: ctx, f32_decode: false, device };
+                llm::perplexity(&choice, &file, chunks)
+            })
         }
         Command::Run { graph, inputs, params, out, device } => {
             Device::from_name(&device).and_then(|d| run::run(&graph, &inputs, &params, out.as_deref(), d))

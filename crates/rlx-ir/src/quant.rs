@@ -268,6 +268,7 @@ pub fn dequantize_block(scheme: QuantScheme, b: &[u8], o: &mut [f32]) {
 }
 
 /// The 8 six-bit scales and mins of a Q4_K / Q5_K super-block (12 packed bytes).
+#[inline]
 pub fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0u8; 8];
     let mut mn = [0u8; 8];

@@ -9,6 +9,7 @@ pub mod arch;
 pub mod chat;
 pub mod completion;
 pub mod llama;
+pub mod perplexity;
 pub mod sampler;
 pub mod tokenizer;
 
@@ -16,6 +17,7 @@ pub use arch::{Block, LlamaConfig};
 pub use chat::{ChatTemplate, Message};
 pub use completion::{Completion, FinishReason, StopStrings};
 pub use llama::{GenerateStats, Generation, Llama, LlamaOptions};
+pub use perplexity::{Perplexity, perplexity};
 pub use sampler::{Sampler, SamplerConfig};
 pub use tokenizer::{TextStream, TokenId, Tokenizer};
 

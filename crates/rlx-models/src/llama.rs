@@ -127,6 +127,8 @@ pub struct Llama {
     output_name: String,
     prefill: HashMap<usize, CompiledGraph>,
     decode: Option<CompiledGraph>,
+    /// The graph [`Llama::score`] last ran, by (tokens, first logit).
+    scoring: Option<((usize, usize), CompiledGraph)>,
     /// Tokens in the cache.
     pos: usize,
     /// Seconds spent compiling graphs so far.
@@ -266,6 +268,7 @@ impl Llama {
             output_name: output_name.to_string(),
             prefill: HashMap::new(),
             decode: None,
+            scoring: None,
             pos: 0,
             compile_seconds: 0.0,
         })
@@ -319,6 +322,15 @@ impl Llama {
     /// matmul activations. Inputs `x` (embeddings `[1, n, d_model]`) and `pos` (`i32[1]`);
     /// output the logits of the last token, `[1, 1, vocab]`.
     pub fn build_graph(&self, n: usize, q8: bool) -> Result<Graph> {
+        self.build_graph_scoring(n, q8, n - 1)
+    }
+
+    /// [`Llama::build_graph`] with the logits of every position from `first` on
+    /// (`[1, n - first, vocab]`): what scoring a text (perplexity) needs.
+    pub fn build_graph_scoring(&self, n: usize, q8: bool, first: usize) -> Result<Graph> {
+        if first >= n {
+            return Err(Error::input(format!("logits from position {first} of a step of {n} tokens")));
+        }
         let (c, block) = (&self.config, &self.block);
         let (h, nh, nkv, hd) = (c.d_model, c.n_head, c.n_kv_head, c.head_dim);
         let mut g = Graph::new(&format!("{}_step_{n}", c.arch));
@@ -391,7 +403,7 @@ impl Llama {
             }
             x = g.add(x, d)?;
         }
-        let last = if n > 1 { g.narrow(x, 1, n - 1, 1)? } else { x };
+        let last = if first > 0 { g.narrow(x, 1, first, n - first)? } else { x };
         let xn = norm(&mut g, last, "output_norm.weight")?;
         let logits = proj(&mut g, xn, &self.output_name)?;
         g.set_outputs(&[logits])?;
@@ -403,10 +415,11 @@ impl Llama {
         self.compile_seconds
     }
 
-    /// Compiles the step graph for `n` tokens and binds the weights and the shared cache.
-    fn compile_step(&mut self, n: usize, q8: bool) -> Result<CompiledGraph> {
+    /// Compiles the step graph for `n` tokens (logits from position `first` on) and
+    /// binds the weights and the shared cache.
+    fn compile_step(&mut self, n: usize, q8: bool, first: usize) -> Result<CompiledGraph> {
         let start = Instant::now();
-        let graph = self.build_graph(n, q8)?;
+        let graph = self.build_graph_scoring(n, q8, first)?;
         let mut compiled = self.session.compile_with(&graph, &self.compile_options)?;
         for (name, (_, buffer)) in &self.weights {
             compiled.bind_param(name, buffer)?;
@@ -480,7 +493,7 @@ impl Llama {
 
     fn prepare_decode(&mut self) -> Result<()> {
         if self.decode.is_none() {
-            self.decode = Some(self.compile_step(1, self.q8_decode)?);
+            self.decode = Some(self.compile_step(1, self.q8_decode, 0)?);
         }
         Ok(())
     }
@@ -491,7 +504,7 @@ impl Llama {
             if self.prefill.len() >= 4 {
                 self.prefill.clear();
             }
-            let compiled = self.compile_step(n, false)?;
+            let compiled = self.compile_step(n, false, n - 1)?;
             self.prefill.insert(n, compiled);
         }
         Ok(())
@@ -506,6 +519,32 @@ impl Llama {
     /// Runs one token; returns the logits that follow it.
     pub fn decode(&mut self, token: TokenId) -> Result<Vec<f32>> {
         self.step(&[token], true)
+    }
+
+    /// Runs `tokens` as one batch after what the cache holds (f32 activations, as a
+    /// prompt); returns the logits after each token from index `first` on, row by row
+    /// (`(tokens.len() - first) * vocab` values).
+    pub fn score(&mut self, tokens: &[TokenId], first: usize) -> Result<Vec<f32>> {
+        let n = tokens.len();
+        if n == 0 || first >= n {
+            return Err(Error::input(format!("score: logits from index {first} of {n} tokens")));
+        }
+        if self.pos + n > self.context {
+            return Err(Error::input(format!(
+                "score: {n} tokens after the {} in the cache do not fit the context of {}",
+                self.pos, self.context
+            )));
+        }
+        if self.scoring.as_ref().is_none_or(|(key, _)| *key != (n, first)) {
+            let compiled = self.compile_step(n, false, first)?;
+            self.scoring = Some(((n, first), compiled));
+        }
+        let x = self.embed(tokens)?;
+        let pos = HostTensor::from_f32_as(DType::I32, &[1], &[self.pos as f32])?;
+        let (_, program) = self.scoring.as_mut().expect("compiled above");
+        let logits = program.run_typed(&[("x", &x), ("pos", &pos)])?.remove(0).to_f32_vec();
+        self.pos += n;
+        Ok(logits)
     }
 
     /// Prefills `prompt`, then samples up to `max_new` tokens, calling `on_token` with the

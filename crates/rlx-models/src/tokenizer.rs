@@ -107,6 +107,33 @@ fn strings(v: &Value, key: &str) -> Result<Vec<String>> {
         .collect()
 }
 
+/// Token texts that end a generation, as llama.cpp lists them (its end-of-generation
+/// set): such a token is a control token whatever type the file gives it (Gemma's
+/// `</s>` is "user defined" there), so typed text never produces it.
+pub const END_OF_GENERATION: [&str; 21] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+];
+
 /// A piece of text being encoded.
 enum Fragment<'t> {
     Token(TokenId),
@@ -230,6 +257,12 @@ impl Tokenizer {
                 )
             }
         };
+        let mut types = types;
+        for (t, ty) in tokens.iter().zip(types.iter_mut()) {
+            if END_OF_GENERATION.contains(&t.as_str()) {
+                *ty = 3;
+            }
+        }
         let ids: HashMap<String, TokenId> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as TokenId)).collect();
         let model = if kind == "gpt2" {
             bpe_model(gguf, &ids)?
@@ -292,14 +325,11 @@ impl Tokenizer {
         self.ids.get(text).copied()
     }
 
-    /// Whether generating `id` ends a generation: the end-of-sequence token, or a
-    /// control token that ends a turn (`<end_of_turn>`, `<|eot_id|>`, `<|im_end|>`,
-    /// `<|endoftext|>`: the tokens llama.cpp treats as end of generation).
+    /// Whether generating `id` ends a generation: the end-of-sequence token, or a token
+    /// that ends a turn ([`END_OF_GENERATION`]).
     pub fn ends_generation(&self, id: TokenId) -> bool {
-        const TURN_ENDS: [&str; 6] =
-            ["<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|end|>", "<|eom_id|>"];
         Some(id) == self.eos
-            || (self.types.get(id as usize) == Some(&3) && TURN_ENDS.contains(&self.tokens[id as usize].as_str()))
+            || self.types.get(id as usize) == Some(&3) && END_OF_GENERATION.contains(&self.tokens[id as usize].as_str())
     }
 
     /// Whether `id` is a control / user-defined token (its text is not encoded).

@@ -115,6 +115,15 @@ fn long_rows_and_tiles_match_the_oracle() {
     check(QuantScheme::Q4_1, 1, 1536, 65, true, 2);
     check(QuantScheme::Q8_0, 1, 576, 33, true, 3);
     check(QuantScheme::Q4_0, 3, 576, 20, true, 4);
+    // Gemma 3 270M's shapes for the unpacked-integer kernels (q8) and the lane decoders
+    // (f32 GEMV and tiles).
+    check(QuantScheme::Q5_0, 1, 640, 37, true, 6);
+    check(QuantScheme::Q4K, 1, 1024, 21, true, 7);
+    check(QuantScheme::Q6K, 1, 2048, 19, true, 8);
+    check(QuantScheme::Q5_1, 2, 640, 9, true, 9);
+    check(QuantScheme::Q5K, 1, 512, 11, true, 10);
+    check(QuantScheme::Q5_0, 6, 640, 33, false, 11);
+    check(QuantScheme::Q6K, 12, 2048, 20, false, 12);
 }
 
 #[test]
