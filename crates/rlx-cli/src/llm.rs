@@ -306,6 +306,36 @@ pub fn perplexity(choice: &ModelChoice, file: &Path, chunks: Option<usize>) -> R
     Ok(())
 }
 
+/// `rlx quantize IN OUT --type T`.
+pub fn quantize(input: &Path, output: &Path, kind: &str) -> Result<()> {
+    let to = rlx::models::quantize::QuantType::parse(kind)?;
+    let gguf = Gguf::open(input)?;
+    let start = Instant::now();
+    let progress = indicatif::ProgressBar::new(gguf.tensors.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} tensors {msg}")
+            .map_err(|e| Error::internal(e.to_string()))?,
+    );
+    let result = rlx::models::quantize::quantize(&gguf, to, |i, _, name| {
+        progress.set_position(i as u64);
+        progress.set_message(name.to_string());
+    });
+    progress.finish_and_clear();
+    let (bytes, report) = result.map_err(|e| e.context(input.display()))?;
+    std::fs::write(output, &bytes).map_err(|e| Error::io(format!("{}: {e}", output.display())))?;
+    let types: Vec<String> = report.by_type.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    println!(
+        "{} -> {} ({kind}): {:.1} MiB of tensors -> {:.1} MiB; {}, {} kept as they were; {:.1} s",
+        input.display(),
+        output.display(),
+        report.bytes_in as f64 / (1 << 20) as f64,
+        report.bytes_out as f64 / (1 << 20) as f64,
+        types.join(", "),
+        report.kept,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// `rlx inspect FILE.gguf`: metadata and tensors.
 pub fn inspect_gguf(path: &Path) -> Result<()> {
     let g = Gguf::open(path)?;

@@ -171,6 +171,17 @@ enum Command {
         #[arg(long, default_value = "cpu")]
         device: String,
     },
+    /// Re-encode a GGUF model (F32, F16, BF16 or quantized) as q4_0, q4_1, q8_0, q4_k
+    /// (llama.cpp's Q4_K_M) or q6_k, keeping more precision where llama-quantize does.
+    Quantize {
+        /// The model to read.
+        input: PathBuf,
+        /// The file to write.
+        output: PathBuf,
+        /// q4_0, q4_1, q8_0, q4_k or q6_k.
+        #[arg(long = "type", value_name = "TYPE")]
+        kind: String,
+    },
     /// Compile a graph for a device, run it on .npy inputs and print or save the outputs.
     Run {
         /// A graph in RLX's JSON format, or an .onnx model.
@@ -322,6 +333,7 @@ fn main() -> ExitCode {
                 llm::perplexity(&choice, &file, chunks)
             })
         }
+        Command::Quantize { input, output, kind } => llm::quantize(&input, &output, &kind),
         Command::Run { graph, inputs, params, out, device } => {
             Device::from_name(&device).and_then(|d| run::run(&graph, &inputs, &params, out.as_deref(), d))
         }

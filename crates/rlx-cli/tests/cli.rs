@@ -443,6 +443,12 @@ fn llm_commands_fail_cleanly() {
     assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
     let o = rlx(&["bench", "llm", "--model", &missing]);
     assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
+    let o = rlx(&["quantize", &missing, "out.gguf", "--type", "q4_k"]);
+    assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
+    let o = rlx(&["quantize", &missing, "out.gguf", "--type", "q3_xs"]);
+    assert!(!o.status.success() && stderr(&o).contains("'q3_xs'"), "{}", stderr(&o));
+    let o = rlx(&["perplexity", "-m", &missing, "-f", &missing]);
+    assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
     // A truncated file: the error names the byte offset and field.
     let bad = dir.join("bad.gguf");
     std::fs::write(&bad, b"GGUF\x03\x00\x00\x00\x01").unwrap();

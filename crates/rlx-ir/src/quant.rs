@@ -144,6 +144,8 @@ impl QuantScheme {
                 | QuantScheme::Q8_0
                 | QuantScheme::Q4_0
                 | QuantScheme::Q4_1
+                | QuantScheme::Q5_0
+                | QuantScheme::Q5_1
                 | QuantScheme::Q4K
                 | QuantScheme::Q6K
         )
@@ -332,6 +334,25 @@ fn quantize_block(scheme: QuantScheme, x: &[f32], out: &mut Vec<u8>) {
             push_f16(out, min);
             let q = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 15) as u8;
             out.extend((0..16).map(|j| q(x[j]) | (q(x[j + 16]) << 4)));
+        }
+        QuantScheme::Q5_0 | QuantScheme::Q5_1 => {
+            // Q5_0: the value of largest magnitude maps to -16; Q5_1: min..max over 0..31.
+            let (d, min, offset) = if scheme == QuantScheme::Q5_0 {
+                let max = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+                (max / -16.0, 0.0, 16.5)
+            } else {
+                let (min, max) = x.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+                ((max - min) / 31.0, min, 0.5)
+            };
+            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+            push_f16(out, d);
+            if scheme == QuantScheme::Q5_1 {
+                push_f16(out, min);
+            }
+            let q: Vec<u32> = x.iter().map(|&v| (((v - min) * id + offset) as i32).clamp(0, 31) as u32).collect();
+            let qh = q.iter().enumerate().fold(0u32, |h, (j, &v)| h | ((v >> 4) << j));
+            out.extend_from_slice(&qh.to_le_bytes());
+            out.extend((0..16).map(|j| ((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4)) as u8));
         }
         QuantScheme::Q4K => quantize_q4k(x, out),
         QuantScheme::Q6K => quantize_q6k(x, out),

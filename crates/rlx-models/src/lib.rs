@@ -10,6 +10,7 @@ pub mod chat;
 pub mod completion;
 pub mod llama;
 pub mod perplexity;
+pub mod quantize;
 pub mod sampler;
 pub mod tokenizer;
 

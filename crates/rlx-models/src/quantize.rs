@@ -1,0 +1,182 @@
+//! `rlx quantize`: a GGUF model re-encoded at another type, with llama.cpp's rules for
+//! which tensors keep more precision, so the file loads in llama.cpp and in RLX and is
+//! the file `llama-quantize` would write up to the encoders' rounding choices:
+//! - 1-D tensors (norms), tensors whose name does not end in `weight` and `*_norm.weight`
+//!   keep their type and bytes;
+//! - the output head (`output.weight`, or `token_embd.weight` when the embedding is tied)
+//!   is Q6_K, or Q8_0 when the type is Q8_0 or the rows do not split into its blocks;
+//! - `q4_k` is llama.cpp's Q4_K_M: `attn_v` and `ffn_down` of the layers `use_more_bits`
+//!   picks (the first and last eighth, every third between) are Q6_K;
+//! - a row length that does not split into a type's blocks falls back as llama.cpp's does
+//!   (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16).
+//!
+//! Sources may be F32, F16, BF16 or already quantized (decoded to f32 first: quality is
+//! then bounded by the source).
+
+use rlx_gguf::{Gguf, GgufWriter, TensorInfo, Value};
+use rlx_ir::quant::QuantScheme;
+use rlx_ir::{Error, Result};
+
+/// A target type of `rlx quantize`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantType {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    /// llama.cpp's Q4_K_M.
+    Q4K,
+    Q6K,
+}
+
+impl QuantType {
+    pub fn parse(name: &str) -> Result<QuantType> {
+        Ok(match name.to_ascii_lowercase().as_str() {
+            "q4_0" => QuantType::Q4_0,
+            "q4_1" => QuantType::Q4_1,
+            "q8_0" => QuantType::Q8_0,
+            "q4_k" | "q4_k_m" => QuantType::Q4K,
+            "q6_k" => QuantType::Q6K,
+            _ => {
+                return Err(Error::input(format!(
+                    "quantization type '{}': implemented are q4_0, q4_1, q8_0, q4_k (= q4_k_m), q6_k",
+                    name.escape_debug()
+                )));
+            }
+        })
+    }
+
+    /// The type most tensors get.
+    fn default_scheme(self) -> QuantScheme {
+        match self {
+            QuantType::Q4_0 => QuantScheme::Q4_0,
+            QuantType::Q4_1 => QuantScheme::Q4_1,
+            QuantType::Q8_0 => QuantScheme::Q8_0,
+            QuantType::Q4K => QuantScheme::Q4K,
+            QuantType::Q6K => QuantScheme::Q6K,
+        }
+    }
+
+    /// llama.cpp's `general.file_type` (its `llama_ftype`).
+    fn file_type(self) -> u32 {
+        match self {
+            QuantType::Q4_0 => 2,
+            QuantType::Q4_1 => 3,
+            QuantType::Q8_0 => 7,
+            QuantType::Q4K => 15,
+            QuantType::Q6K => 18,
+        }
+    }
+}
+
+/// llama.cpp's choice of layers that get more bits in the `_M` types: the first and last
+/// eighth, and every third layer between.
+fn use_more_bits(i: usize, n: usize) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+}
+
+/// `scheme`, or what llama.cpp falls back to when rows of `cols` do not split into its
+/// blocks.
+fn fit(scheme: QuantScheme, cols: u64) -> QuantScheme {
+    let fits = |s: QuantScheme| cols.is_multiple_of(s.block_size() as u64);
+    if fits(scheme) {
+        return scheme;
+    }
+    let fallback = match scheme {
+        QuantScheme::Q4K => QuantScheme::Q5_0,
+        QuantScheme::Q5K => QuantScheme::Q5_1,
+        QuantScheme::Q6K => QuantScheme::Q8_0,
+        _ => QuantScheme::F16,
+    };
+    if fits(fallback) { fallback } else { QuantScheme::F16 }
+}
+
+/// The layer of a `blk.N.` tensor.
+fn layer(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|l| l.parse().ok())
+}
+
+/// The type of tensor `t` in a file quantized to `to` (`None`: kept as it is); `n_wv` is
+/// the number of `attn_v` tensors (llama.cpp counts them in layer order, so a tensor's
+/// index among them is its layer).
+fn choose(t: &TensorInfo, to: QuantType, tied: bool, n_layer: usize, n_wv: usize) -> Option<QuantScheme> {
+    let name = t.name.as_str();
+    if t.dims.len() < 2 || !name.ends_with("weight") || name.contains("_norm.weight") {
+        return None;
+    }
+    let cols = t.dims[0];
+    let base = to.default_scheme();
+    let scheme = if name == "output.weight" || (tied && name == "token_embd.weight") {
+        if !cols.is_multiple_of(base.block_size() as u64) || to == QuantType::Q8_0 {
+            QuantScheme::Q8_0
+        } else {
+            QuantScheme::Q6K
+        }
+    } else if to == QuantType::Q4K && name.contains("attn_v.weight") {
+        if layer(name).is_some_and(|l| use_more_bits(l, n_wv)) { QuantScheme::Q6K } else { base }
+    } else if to == QuantType::Q4K && name.contains("ffn_down") {
+        if layer(name).is_some_and(|l| use_more_bits(l, n_layer)) { QuantScheme::Q6K } else { base }
+    } else {
+        base
+    };
+    Some(fit(scheme, cols))
+}
+
+/// What [`quantize`] did.
+#[derive(Clone, Debug, Default)]
+pub struct QuantizeReport {
+    /// Bytes of tensor data before and after.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Tensors per output type (by name), and how many were kept as they were.
+    pub by_type: Vec<(&'static str, usize)>,
+    pub kept: usize,
+}
+
+/// `gguf` with its weights re-encoded as `to`; `on_tensor(i, n, name)` before each.
+pub fn quantize(
+    gguf: &Gguf,
+    to: QuantType,
+    mut on_tensor: impl FnMut(usize, usize, &str),
+) -> Result<(Vec<u8>, QuantizeReport)> {
+    let arch = gguf.get("general.architecture").and_then(Value::as_str).unwrap_or("llama").to_string();
+    let n_layer = gguf.get(&format!("{arch}.block_count")).and_then(Value::as_u64).ok_or_else(|| {
+        Error::parse(format!("gguf: missing '{arch}.block_count' (needed to pick layers for more bits)"))
+    })? as usize;
+    let tied = gguf.tensor("output.weight").is_none();
+    let mut w = GgufWriter::new();
+    for (key, value) in &gguf.metadata {
+        if key != "general.file_type" && key != "general.quantization_version" {
+            w.metadata(key, value.clone());
+        }
+    }
+    w.metadata("general.quantization_version", Value::U32(2));
+    w.metadata("general.file_type", Value::U32(to.file_type()));
+    let mut report = QuantizeReport::default();
+    let n_wv = gguf.tensors.iter().filter(|t| t.name.contains("attn_v.weight")).count();
+    let count = gguf.tensors.len();
+    for (i, t) in gguf.tensors.iter().enumerate() {
+        on_tensor(i, count, &t.name);
+        let data = gguf.tensor_data(t);
+        report.bytes_in += data.len() as u64;
+        let bytes = match choose(t, to, tied, n_layer, n_wv) {
+            Some(scheme) if scheme != t.scheme => {
+                let values = gguf.dequantize(&t.name)?;
+                let out = rlx_ir::quant::quantize(scheme, &values).map_err(|e| e.context(&t.name))?;
+                let len = out.len();
+                w.tensor(&t.name, &t.dims, scheme, out)?;
+                match report.by_type.iter_mut().find(|(n, _)| *n == scheme.name()) {
+                    Some((_, c)) => *c += 1,
+                    None => report.by_type.push((scheme.name(), 1)),
+                }
+                len
+            }
+            _ => {
+                w.tensor(&t.name, &t.dims, t.scheme, data.to_vec())?;
+                report.kept += 1;
+                data.len()
+            }
+        };
+        report.bytes_out += bytes as u64;
+    }
+    Ok((w.to_bytes(), report))
+}

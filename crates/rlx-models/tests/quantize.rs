@@ -1,0 +1,86 @@
+//! `quantize` against llama.cpp's `llama-quantize` on an all-F32 copy of SmolLM2
+//! (fixtures/quantize.json, made by tools/llm/make_quantize_fixtures.py): the same type
+//! for every tensor, and at q4_k (Q4_K_M) a perplexity on Botchan within 3% of
+//! llama.cpp's for its own file (the fixture also records llama.cpp loading RLX's file).
+
+use rlx_gguf::{Gguf, GgufWriter, Value};
+use rlx_ir::quant::QuantScheme;
+use rlx_models::quantize::{QuantType, quantize};
+use rlx_models::{Llama, LlamaOptions, models_dir, perplexity};
+use std::sync::Arc;
+
+fn cached(name: &str, fetch: &str) -> Option<std::path::PathBuf> {
+    let path = models_dir().join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    let msg = format!("{} is missing: run {fetch}", path.display());
+    assert!(std::env::var("RLX_REQUIRE_MODEL").map_or(true, |v| v != "1"), "{msg}");
+    eprintln!("skipping: {msg}");
+    None
+}
+
+/// An all-F32 copy of `g` (what make_f32_gguf.py writes).
+fn f32_copy(g: &Gguf) -> Gguf {
+    let mut w = GgufWriter::new();
+    for (k, v) in &g.metadata {
+        w.metadata(k, if k == "general.file_type" { Value::U32(0) } else { v.clone() });
+    }
+    for t in &g.tensors {
+        let values = g.dequantize(&t.name).unwrap();
+        w.tensor(&t.name, &t.dims, QuantScheme::F32, values.iter().flat_map(|v| v.to_le_bytes()).collect()).unwrap();
+    }
+    Gguf::parse(Arc::new(w.to_bytes())).unwrap()
+}
+
+#[test]
+fn quantize_matches_llama_quantize() {
+    let (Some(model), Some(text)) =
+        (cached(rlx_models::DEFAULT_MODEL, "tools/fetch_model.sh"), cached("botchan.txt", "tools/fetch_text.sh"))
+    else {
+        return;
+    };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quantize.json");
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let f32 = f32_copy(&Gguf::open(&model).unwrap());
+    for (kind, entry) in fx["types"].as_object().unwrap() {
+        let (bytes, report) = quantize(&f32, QuantType::parse(kind).unwrap(), |_, _, _| {}).unwrap();
+        let q = Gguf::parse(Arc::new(bytes)).unwrap();
+        let want = entry["tensor_types"].as_object().unwrap();
+        assert_eq!(q.tensors.len(), want.len(), "{kind}");
+        for t in &q.tensors {
+            assert_eq!(t.scheme.name(), want[&t.name].as_str().unwrap(), "{kind}: {}", t.name);
+        }
+        assert!(report.bytes_out < report.bytes_in / 3, "{kind}: {report:?}");
+        // llama.cpp's llama_ftype numbers.
+        let file_type = match kind.as_str() {
+            "q4_k" => 15,
+            "q8_0" => 7,
+            _ => 2,
+        };
+        assert_eq!(q.get("general.file_type").and_then(Value::as_u64), Some(file_type), "{kind}");
+        if kind != "q4_k" {
+            continue;
+        }
+        // The model runs, and is as good as llama.cpp's own Q4_K_M.
+        let ctx = fx["n_ctx"].as_u64().unwrap() as usize;
+        let mut llama = Llama::from_gguf(q, &LlamaOptions { context: ctx, ..LlamaOptions::default() }).unwrap();
+        let mut text = String::from_utf8(std::fs::read(&text).unwrap()).unwrap();
+        if text.ends_with('\n') {
+            text.pop();
+        }
+        let tokens = llama.tokenizer.encode_prompt(&text, false).unwrap();
+        let chunks = fx["chunks"].as_u64().unwrap() as usize;
+        let p = perplexity(&mut llama, &tokens, ctx, Some(chunks), |_, _, _| {}).unwrap();
+        let theirs = entry["llama_cpp_ppl"][0].as_f64().unwrap();
+        let rel = (p.ppl / theirs - 1.0).abs();
+        assert!(rel < 0.03, "{kind}: rlx's file {:.4}, llama-quantize's {theirs:.4}", p.ppl);
+        eprintln!("{kind}: rlx's file {:.4} (rlx), llama-quantize's {theirs:.4} (llama.cpp)", p.ppl);
+    }
+}
+
+#[test]
+fn unknown_types_are_errors() {
+    let e = QuantType::parse("q3_xs").unwrap_err();
+    assert!(e.to_string().contains("q3_xs") && e.to_string().contains("q4_k"), "{e}");
+}
