@@ -14,6 +14,19 @@ pub struct ModelChoice {
     pub context: usize,
     pub f32_decode: bool,
     pub device: Device,
+    /// The KV cache's type (None: the device's default).
+    pub cache_type: Option<DType>,
+}
+
+/// `--cache-type f32|f16|bf16`.
+pub fn cache_type(name: Option<&str>) -> Result<Option<DType>> {
+    name.map(|n| match n {
+        "f32" => Ok(DType::F32),
+        "f16" => Ok(DType::F16),
+        "bf16" => Ok(DType::BF16),
+        _ => Err(Error::input(format!("--cache-type '{}': f32, f16 or bf16", n.escape_debug()))),
+    })
+    .transpose()
 }
 
 impl ModelChoice {
@@ -24,15 +37,17 @@ impl ModelChoice {
             threads: self.threads,
             q8_decode: !self.f32_decode,
             device: self.device,
+            cache_type: self.cache_type,
         };
         Ok((Llama::load(&path, &options)?, path))
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, model: &Llama) -> String {
         format!(
-            "{} threads, {} decode",
+            "{} threads, {} decode, {} KV cache",
             self.threads.unwrap_or_else(rlx::runtime::cpu::default_threads),
-            if self.f32_decode { "f32" } else { "q8" }
+            if self.f32_decode { "f32" } else { "q8" },
+            model.cache_type()
         )
     }
 }
@@ -173,7 +188,7 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
         tokens.len(),
         rate(stats.generate_tokens_per_second()),
         stats.compile_seconds * 1e3,
-        args.model.describe()
+        args.model.describe(&model)
     );
     Ok(())
 }
@@ -195,7 +210,7 @@ pub fn chat(choice: &ModelChoice, sampler: SamplerConfig, system: Option<String>
         "rlx chat: {} (context {} tokens, {}). /reset starts over, /system TEXT sets the system message, /quit leaves.",
         path.display(),
         model.context(),
-        choice.describe()
+        choice.describe(&model)
     );
     loop {
         if interactive {
@@ -279,7 +294,7 @@ pub fn perplexity(choice: &ModelChoice, file: &Path, chunks: Option<usize>) -> R
         path.display(),
         file.display(),
         tokens.len(),
-        choice.describe()
+        choice.describe(&model)
     );
     let start = Instant::now();
     let progress = indicatif::ProgressBar::new(0).with_style(
@@ -424,7 +439,10 @@ pub fn bench_llm(model: Option<&Path>, threads: &[usize], llama_cpp: bool, devic
     let threads = if device == Device::Cpu { threads } else { &threads[..threads.len().min(1)] };
     let mut rows = Vec::new();
     for &t in threads {
-        let mut m = Llama::load(&path, &LlamaOptions { context: CONTEXT, threads: Some(t), q8_decode: true, device })?;
+        let mut m = Llama::load(
+            &path,
+            &LlamaOptions { context: CONTEXT, threads: Some(t), device, ..LlamaOptions::default() },
+        )?;
         let vocab = m.config.vocab;
         // The ids llama_cpp_bench.py uses.
         let prompt: Vec<TokenId> = (0..PP).map(|i| ((i * 7919) % vocab) as TokenId).collect();

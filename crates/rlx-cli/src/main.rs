@@ -38,6 +38,10 @@ struct ModelArgs {
     /// Decode with f32 activations instead of 8-bit integer dot products.
     #[arg(long)]
     f32_decode: bool,
+    /// The KV cache's type: f16 (half the memory), f32 (exact) or bf16 (default: f16 on
+    /// the CPU, f32 on a GPU).
+    #[arg(long, visible_alias = "ctk", value_name = "TYPE")]
+    cache_type: Option<String>,
     /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -82,6 +86,7 @@ impl ModelArgs {
             context: self.ctx,
             f32_decode: self.f32_decode,
             device: Device::from_name(&self.device)?,
+            cache_type: llm::cache_type(self.cache_type.as_deref())?,
         })
     }
 }
@@ -164,6 +169,9 @@ enum Command {
         /// Score at most this many chunks (default: all the text holds).
         #[arg(long)]
         chunks: Option<usize>,
+        /// The KV cache's type: f16 (default on the CPU), f32 or bf16.
+        #[arg(long, visible_alias = "ctk", value_name = "TYPE")]
+        cache_type: Option<String>,
         /// Worker threads (default: RLX_THREADS or all cores).
         #[arg(long, short)]
         threads: Option<usize>,
@@ -327,12 +335,13 @@ fn main() -> ExitCode {
         Command::Chat { model, sampling, system, max_tokens } => {
             model.options().and_then(|model| llm::chat(&model, sampling.config(), system, max_tokens))
         }
-        Command::Perplexity { model, file, ctx, chunks, threads, device } => {
-            Device::from_name(&device).and_then(|device| {
-                let choice = llm::ModelChoice { path: model, threads, context: ctx, f32_decode: false, device };
+        Command::Perplexity { model, file, ctx, chunks, threads, device, cache_type } => Device::from_name(&device)
+            .and_then(|device| {
+                let cache_type = llm::cache_type(cache_type.as_deref())?;
+                let choice =
+                    llm::ModelChoice { path: model, threads, context: ctx, f32_decode: false, device, cache_type };
                 llm::perplexity(&choice, &file, chunks)
-            })
-        }
+            }),
         Command::Quantize { input, output, kind } => llm::quantize(&input, &output, &kind),
         Command::Run { graph, inputs, params, out, device } => {
             Device::from_name(&device).and_then(|d| run::run(&graph, &inputs, &params, out.as_deref(), d))

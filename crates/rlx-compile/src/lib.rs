@@ -82,15 +82,17 @@ impl Target {
 }
 
 /// The CPU's packed-operand kernels: the matmul family's operands (its half GEMM converts
-/// panels as it packs them), a gather's table (rows widened as they are copied) and a
-/// cast's source.
+/// panels as it packs them), a gather's table (rows widened as they are copied), a cast's
+/// source, a KV cache (appended to in place, so an f16 cache takes half the memory) and
+/// attention's K and V (the rows a query sees widened as they are read).
 fn cpu_packed_operand(kernel: &Kernel, operand: usize) -> bool {
     use rlx_ir::Op;
     match kernel {
         Kernel::Op(Op::MatMul) | Kernel::MatMulT { .. } => operand < 2,
         Kernel::MatMulBias { .. } => operand < 2,
         Kernel::SwiGluMatMul => operand < 3,
-        Kernel::Op(Op::Gather | Op::Cast { .. }) => operand == 0,
+        Kernel::Op(Op::Gather | Op::Cast { .. } | Op::KvAppend { .. }) => operand == 0,
+        Kernel::Op(Op::Attention { .. }) => operand == 1 || operand == 2,
         _ => false,
     }
 }

@@ -52,10 +52,11 @@ impl ArenaWidthPolicy {
         }
     }
 
-    /// Bytes per element of a value of `dtype` and `kind` under this policy;
-    /// `readers_take_packed` says every step reading the value takes it packed.
-    pub fn elem_bytes(self, dtype: DType, kind: &ValueKind, readers_take_packed: bool) -> usize {
-        let packed_param = matches!(kind, ValueKind::Param { .. }) && readers_take_packed;
+    /// Bytes per element of a value of `dtype` under this policy; `packed_state` says the
+    /// value is a param (or a KV cache's in-place append to one) that every reader takes
+    /// packed.
+    pub fn elem_bytes(self, dtype: DType, packed_state: bool) -> usize {
+        let packed_param = packed_state;
         let widen = match self {
             ArenaWidthPolicy::F32Uniform => dtype.is_half(),
             ArenaWidthPolicy::Native => false,
@@ -179,7 +180,18 @@ pub fn plan_memory(
             take_packed[v] &= packed_operand(&step.kernel, k);
         }
     }
-    let elem = |v: ValueId| policy.elem_bytes(s.values[v].dtype, &s.values[v].kind, take_packed[v]);
+    // A KV cache appended in place stays packed through the append: its output is the
+    // param's own bytes, read by packed-operand kernels.
+    let mut appended = vec![false; n];
+    for step in &s.steps {
+        if matches!(step.kernel, Kernel::Op(Op::KvAppend { .. })) {
+            appended[step.outputs[0]] = matches!(s.values[step.inputs[0]].kind, ValueKind::Param { .. });
+        }
+    }
+    let elem = |v: ValueId| {
+        let state = appended[v] || matches!(s.values[v].kind, ValueKind::Param { .. });
+        policy.elem_bytes(s.values[v].dtype, state && take_packed[v])
+    };
     let bytes = |v: ValueId| numel(&s.values[v].dims) * elem(v);
     let is_param = |v: ValueId| matches!(s.values[v].kind, ValueKind::Param { .. });
     let mut readers = vec![0usize; n];

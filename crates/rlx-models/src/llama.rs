@@ -65,11 +65,27 @@ pub struct LlamaOptions {
     pub q8_decode: bool,
     /// Where the graphs run (weights and KV cache live there too).
     pub device: Device,
+    /// The KV cache's element type: `F16` (half the memory; what llama.cpp keeps) or
+    /// `F32` (exact, for comparisons with f32 references). `None`: f16 on the CPU, f32 on
+    /// a GPU (whose arena keeps sub-word types in 32-bit words, so f16 saves nothing).
+    pub cache_type: Option<DType>,
 }
 
 impl Default for LlamaOptions {
     fn default() -> Self {
-        LlamaOptions { context: 0, threads: None, q8_decode: true, device: Device::Cpu }
+        LlamaOptions { context: 0, threads: None, q8_decode: true, device: Device::Cpu, cache_type: None }
+    }
+}
+
+impl LlamaOptions {
+    /// The cache type these options give.
+    pub fn resolved_cache_type(&self) -> Result<DType> {
+        match self.cache_type {
+            None if self.device == Device::Cpu => Ok(DType::F16),
+            None => Ok(DType::F32),
+            Some(t @ (DType::F16 | DType::BF16 | DType::F32)) => Ok(t),
+            Some(t) => Err(Error::input(format!("a KV cache of {t} (f32, f16 or bf16)"))),
+        }
     }
 }
 
@@ -118,6 +134,8 @@ pub struct Llama {
     session: Session,
     compile_options: CompileOptions,
     context: usize,
+    /// The KV cache's element type.
+    cache_type: DType,
     q8_decode: bool,
     weights: HashMap<String, (WeightInfo, ParamBuffer)>,
     norms: HashMap<String, ParamBuffer>,
@@ -247,8 +265,9 @@ impl Llama {
         let embd = tensor(&gguf, "token_embd.weight")?.clone();
         let embd_info = weight_info(&embd, c.vocab, h, &vocab_d)?;
         let cache_dims = [1, c.n_kv_head, context, c.head_dim];
+        let cache_type = options.resolved_cache_type()?;
         let caches = (0..c.n_layer)
-            .map(|_| Ok((ParamBuffer::zeroed(DType::F32, &cache_dims)?, ParamBuffer::zeroed(DType::F32, &cache_dims)?)))
+            .map(|_| Ok((ParamBuffer::zeroed(cache_type, &cache_dims)?, ParamBuffer::zeroed(cache_type, &cache_dims)?)))
             .collect::<Result<_>>()?;
         let compile_options = CompileOptions { threads: options.threads, ..CompileOptions::default() };
         release_freed_heap();
@@ -260,6 +279,7 @@ impl Llama {
             session: Session::new(options.device)?,
             compile_options,
             context,
+            cache_type,
             q8_decode: options.q8_decode,
             weights,
             norms,
@@ -283,6 +303,11 @@ impl Llama {
     pub fn chat_template(&self) -> Result<crate::ChatTemplate> {
         let jinja = self.gguf.get("tokenizer.chat_template").and_then(Value::as_str);
         crate::ChatTemplate::for_model(jinja, &self.config.arch)
+    }
+
+    /// The KV cache's element type.
+    pub fn cache_type(&self) -> DType {
+        self.cache_type
     }
 
     /// Rows of KV cache (the most tokens a conversation can hold).
@@ -372,8 +397,14 @@ impl Llama {
             let k = g.rope(k, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
             let v = heads(&mut g, v, nkv)?;
             let cache_dims = [1, nkv, self.context, hd];
-            let ck = g.param(&format!("cache_k.{l}"), DType::F32, &cache_dims)?;
-            let cv = g.param(&format!("cache_v.{l}"), DType::F32, &cache_dims)?;
+            let ck = g.param(&format!("cache_k.{l}"), self.cache_type, &cache_dims)?;
+            let cv = g.param(&format!("cache_v.{l}"), self.cache_type, &cache_dims)?;
+            // The new rows rounded to the cache's type; attention reads them widened.
+            let (k, v) = if self.cache_type == DType::F32 {
+                (k, v)
+            } else {
+                (g.cast(k, self.cache_type)?, g.cast(v, self.cache_type)?)
+            };
             let kc = g.kv_append(ck, k, pos, 2)?;
             let vc = g.kv_append(cv, v, pos, 2)?;
             let mask = match layer.window {

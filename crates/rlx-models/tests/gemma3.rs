@@ -35,7 +35,13 @@ fn model() -> Option<&'static Mutex<Llama>> {
                 eprintln!("skipping: {msg}");
                 return None;
             }
-            let options = LlamaOptions { q8_decode: false, context: 1100, ..LlamaOptions::default() };
+            // llama.cpp's reference ran with an f32 KV cache.
+            let options = LlamaOptions {
+                q8_decode: false,
+                context: 1100,
+                cache_type: Some(rlx_ir::DType::F32),
+                ..LlamaOptions::default()
+            };
             Some(Mutex::new(Llama::load(&path, &options).unwrap()))
         })
         .as_ref()

@@ -41,7 +41,9 @@ fn model() -> Option<&'static Mutex<Llama>> {
                 eprintln!("skipping: {msg}");
                 return None;
             }
-            Some(Mutex::new(Llama::load(&path, &LlamaOptions::default()).unwrap()))
+            // The references are f32 throughout: an f32 KV cache.
+            let options = LlamaOptions { cache_type: Some(rlx_ir::DType::F32), ..LlamaOptions::default() };
+            Some(Mutex::new(Llama::load(&path, &options).unwrap()))
         })
         .as_ref()
 }
@@ -228,4 +230,31 @@ fn typed_control_tokens_stay_text_in_chat_prompts() {
     assert_eq!(ids.iter().filter(|&&id| t.is_special(id)).count(), 5);
     let parsed = template.encode(t, &messages, true, true).unwrap();
     assert_eq!((count(&parsed, start), count(&parsed, end)), (4, 3));
+}
+
+/// The default f16 KV cache (half the memory) against the f32 one on the same steps, with
+/// f32 activations (8-bit decode activations would amplify any change: see q8 above): the
+/// logits move by the cache's rounding only (K and V rounded to 11 significant bits), far
+/// less than their spread, and greedy picks the same tokens.
+#[test]
+fn an_f16_cache_tracks_the_f32_one() {
+    let path = default_model_path();
+    if !path.exists() {
+        return;
+    }
+    let options = LlamaOptions { context: 256, q8_decode: false, ..LlamaOptions::default() };
+    let mut f16 = Llama::load(&path, &options).unwrap();
+    assert_eq!(f16.cache_type(), rlx_ir::DType::F16);
+    let mut f32 = Llama::load(&path, &LlamaOptions { cache_type: Some(rlx_ir::DType::F32), ..options }).unwrap();
+    let prompt = f16.tokenizer.encode_prompt("The capital of France is Paris. The capital of Italy is", true).unwrap();
+    let (mut a, mut b) = (f16.prefill(&prompt).unwrap(), f32.prefill(&prompt).unwrap());
+    for step in 0..8 {
+        let spread = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        eprintln!("step {step}: f16 vs f32 cache logits differ by {worst} (max |logit| {spread})");
+        assert!(worst < 0.005 * spread, "step {step}: logits differ by {worst} (max |logit| {spread})");
+        let (ta, tb) = (argmax(&a), argmax(&b));
+        assert_eq!(ta, tb, "step {step}");
+        (a, b) = (f16.decode(ta as TokenId).unwrap(), f32.decode(tb as TokenId).unwrap());
+    }
 }

@@ -199,6 +199,7 @@ impl PyLlama {
                 threads: threads_arg(threads)?,
                 q8_decode: !f32_decode,
                 device: Device::from_name(device)?,
+                cache_type: None,
             };
             Llama::load(&path, &options)
         })?;

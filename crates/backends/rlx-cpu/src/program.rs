@@ -410,8 +410,10 @@ fn execute_all(thunks: &[Thunk], bases: &[BufPtr]) -> Result<()> {
         // inputs unless `in_place`, where the kernel uses raw pointers for the aliased pair.
         let (ins, mut out) = unsafe { (Args::new(bases, &t.ins, &t.outs), Out::new(bases, &t.outs)) };
         execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?;
+        // Widened half outputs are rounded to their type (a packed one, a KV cache
+        // appended in place, holds half values already).
         for (k, &dtype) in t.out_dtypes.iter().enumerate() {
-            if dtype.is_half() {
+            if dtype.is_half() && t.outs[k].class == Class::F32 {
                 elementwise::round_in_place(dtype, out.get::<f32>(k)?);
             }
         }

@@ -2,7 +2,9 @@
 //!
 //! Shape rule: `q [b, hq, sq, d]`, `k [b, hkv, skv, d]`, `v [b, hkv, skv, dv]`, `hkv`
 //! dividing `hq` (GQA; query head `h` reads K/V head `h / (hq / hkv)`), optional additive
-//! `bias` broadcastable to `[b, hq, sq, skv]`; out `[b, hq, sq, dv]`. Float, one dtype.
+//! `bias` broadcastable to `[b, hq, sq, skv]`; out `[b, hq, sq, dv]`. Float; `k` and `v`
+//! share a dtype that may be narrower than `q`'s (a KV cache kept in f16), read widened to
+//! `q`'s; the bias has `q`'s dtype; out has `q`'s.
 //!
 //! Reference semantics: `out = softmax(scale * q k^T + mask) v` over the key axis,
 //! `scale` defaulting to `1 / sqrt(d)` (computed in the compute type, so an f64
@@ -68,7 +70,12 @@ impl MaskKind {
 pub(crate) fn infer(mask: MaskKind, scale: Option<F32Attr>, ins: &[Operand]) -> Result<(DType, Vec<usize>)> {
     let (q, k, v) = (ins[0], ins[1], ins[2]);
     check_float("q", q)?;
-    let dtype = check_same_dtype(&ins[..3 + (mask == MaskKind::Bias) as usize])?;
+    check_float("k", k)?;
+    check_same_dtype(&[k, v])?;
+    let dtype = q.dtype;
+    if mask == MaskKind::Bias {
+        check_same_dtype(&[q, ins[3]])?;
+    }
     if let Some(s) = scale {
         check_finite("scale", s.0)?;
     }
@@ -174,6 +181,8 @@ fn parts(g: &mut Graph, mask: MaskKind, scale: Option<F32Attr>, ins: &[NodeId]) 
     let (sq, skv, group) = (qd[2], kd[2], qd[1] / kd[1]);
     let dt = g.dtype(q);
     let scale = g.scalar_f64(dt, scale.map_or(1.0 / (qd[3] as f64).sqrt(), |s| s.0 as f64))?;
+    // K and V read in q's dtype (a narrower cache is widened).
+    let (k, v) = if g.dtype(k) == dt { (k, v) } else { (g.cast(k, dt)?, g.cast(v, dt)?) };
     let kx = repeat_heads(g, k, group)?;
     let vx = repeat_heads(g, v, group)?;
     let kt = g.transpose_last2(kx)?;
@@ -241,7 +250,11 @@ pub(crate) fn vjp(
     let dq = g.matmul(dss, kx)?;
     let dst = g.transpose_last2(dss)?;
     let dkx = g.matmul(dst, q)?;
-    let mut out = vec![Some(dq), Some(sum_heads(g, dkx, group)?), Some(sum_heads(g, dvx, group)?)];
+    let (dk, dv) = (sum_heads(g, dkx, group)?, sum_heads(g, dvx, group)?);
+    // Cotangents in the operands' own dtypes.
+    let kt = g.dtype(ins[1]);
+    let (dk, dv) = if kt == g.dtype(q) { (dk, dv) } else { (g.cast(dk, kt)?, g.cast(dv, kt)?) };
+    let mut out = vec![Some(dq), Some(dk), Some(dv)];
     match mask {
         MaskKind::Bias => {
             let bd = g.dims(ins[3]).to_vec();
@@ -267,7 +280,10 @@ pub(crate) fn jvp(
         let kt = g.transpose_last2(kx)?;
         ts = Some(g.matmul(tq, kt)?);
     }
+    let dt = g.dtype(q);
+    let widen = |g: &mut Graph, x: NodeId| if g.dtype(x) == dt { Ok(x) } else { g.cast(x, dt) };
     if let Some(tk) = t[1] {
+        let tk = widen(g, tk)?;
         let tkx = repeat_heads(g, tk, group)?;
         let tkt = g.transpose_last2(tkx)?;
         let term = g.matmul(q, tkt)?;
@@ -290,6 +306,7 @@ pub(crate) fn jvp(
         to = Some(g.matmul(tp, vx)?);
     }
     if let Some(tv) = t[2] {
+        let tv = widen(g, tv)?;
         let tvx = repeat_heads(g, tv, group)?;
         let term = g.matmul(p, tvx)?;
         to = g.add_opt(to, Some(term))?;

@@ -17,7 +17,13 @@ fn smollm2_decodes_on_the_gpu_as_on_the_cpu() {
         eprintln!("skipped: {} is missing (tools/fetch_model.sh)", path.display());
         return;
     }
-    let options = |device| LlamaOptions { context: 64, threads: None, q8_decode: false, device };
+    let options = |device| LlamaOptions {
+        context: 64,
+        threads: None,
+        q8_decode: false,
+        device,
+        cache_type: Some(rlx::prelude::DType::F32),
+    };
     let mut cpu = Llama::load(&path, &options(Device::Cpu)).unwrap();
     let mut gpu = Llama::load(&path, &options(Device::Gpu)).unwrap();
     let prompt = cpu.tokenizer.encode_prompt("The capital of France is", true).unwrap();

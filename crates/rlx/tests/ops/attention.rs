@@ -211,3 +211,74 @@ fn masked_keys_never_reach_earlier_rows() {
     }
     assert!(got[4].is_infinite() || got[4].is_nan());
 }
+
+/// K and V in f16 or bf16 under an f32 query (a half KV cache): read widened, so the
+/// result is the f32 attention of the half values; through a cache appended in place too.
+#[test]
+fn half_keys_and_values_are_read_widened() {
+    let mut rng = Rng::new(81);
+    for kv in [DType::F16, DType::BF16] {
+        for (sq, skv, len, window) in [(1, 12, 9, None), (5, 16, 16, None), (3, 20, 14, Some(4))] {
+            let q = rand_input(&mut rng, DType::F32, &[1, 4, sq, 8], -2.0, 2.0);
+            let k = rand_input(&mut rng, kv, &[1, 2, skv, 8], -2.0, 2.0);
+            let v = rand_input(&mut rng, kv, &[1, 2, skv, 8], -2.0, 2.0);
+            let s = 1.0 / 8f64.sqrt();
+            let expected = reference(&q, &k, &v, None, true, Some(len), window, s);
+            let got = eval_ok(&[q, k, v, input(DType::I32, &[], vec![len as f64])], |g, x| {
+                let mask = match window {
+                    Some(w) => AttentionMask::SlidingLen(x[3], w),
+                    None => AttentionMask::CausalLen(x[3]),
+                };
+                g.attention(x[0], x[1], x[2], mask, None)
+            });
+            let k_err = (8 + skv) as f64 * 4.0 + 16.0;
+            assert_close(
+                &got,
+                DType::F32,
+                &[1, 4, sq, 8],
+                &expected,
+                |i| bound(DType::F32, k_err, 8.0, expected[i]),
+                &format!("attention f32 q, {kv} k/v, sq{sq} skv{skv} len{len}"),
+            );
+        }
+    }
+}
+
+/// A KV cache param in f16, appended in place and read by attention: the program keeps
+/// it packed (2 bytes an element) and updates it in place across runs.
+#[test]
+fn a_half_cache_param_is_appended_in_place() {
+    for kv in [DType::F16, DType::BF16] {
+        let mut g = Graph::new("half_cache");
+        let q = g.input("q", DType::F32, &[1, 1, 1, 4]).unwrap();
+        let new = g.input("new", DType::F32, &[1, 1, 1, 4]).unwrap();
+        let pos = g.input("pos", DType::I32, &[1]).unwrap();
+        let cache = g.param("cache", kv, &[1, 1, 3, 4]).unwrap();
+        let narrow = g.cast(new, kv).unwrap();
+        let appended = g.kv_append(cache, narrow, pos, 2).unwrap();
+        let one = g.scalar(DType::I32, 1.0).unwrap();
+        let len = g.add(pos, one).unwrap();
+        let y = g.attention(q, appended, appended, AttentionMask::CausalLen(len), Some(1.0)).unwrap();
+        g.set_outputs(&[y]).unwrap();
+        let mut program = Session::new(Device::Cpu).unwrap().compile(&g).unwrap();
+        let buffer = rlx::runtime::ParamBuffer::zeroed(kv, &[1, 1, 3, 4]).unwrap();
+        program.bind_param("cache", &buffer).unwrap();
+        assert!(program.updates_in_place("cache").unwrap(), "{kv}");
+        // Rows 1, 2, 3 (x 1.1, rounded to the cache's type); q = 0 averages the rows seen.
+        let zero = HostTensor::from_f32(&[1, 1, 1, 4], &[0.0; 4]).unwrap();
+        let mut rows = Vec::new();
+        for step in 0..3 {
+            let row = [1.1 * (step + 1) as f32; 4];
+            rows.push(HostTensor::from_f32_as(kv, &[4], &row).unwrap().to_f32_vec()[0]);
+            let new = HostTensor::from_f32(&[1, 1, 1, 4], &row).unwrap();
+            let pos = HostTensor::from_f32_as(DType::I32, &[1], &[step as f32]).unwrap();
+            let out = program.run_typed(&[("q", &zero), ("new", &new), ("pos", &pos)]).unwrap().remove(0);
+            let mean = rows.iter().sum::<f32>() / rows.len() as f32;
+            assert!(
+                (out.to_f32_vec()[0] - mean).abs() <= 1e-6 * mean,
+                "{kv} step {step}: {:?} vs {mean}",
+                out.to_f32_vec()
+            );
+        }
+    }
+}

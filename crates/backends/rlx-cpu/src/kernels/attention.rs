@@ -93,7 +93,17 @@ pub fn attention(p: &AttentionPlan, class: Class, arm: Arm, ins: &Args, out: &mu
     };
     if class == Class::F32 {
         let bias: Option<&[f32]> = if p.bias_strides.is_some() { Some(ins.get(3)?) } else { None };
-        attention_f32(p, len, arm, ins.get(0)?, ins.get(1)?, ins.get(2)?, bias, out_mut(out)?);
+        let (q, out) = (ins.get(0)?, out_mut(out)?);
+        if matches!(ins.slot(1)?.class, Class::F16 | Class::BF16) {
+            // A packed half cache: the filled rows widened once per call, then the f32 path.
+            return WIDE.with(|wide| {
+                let mut wide = wide.borrow_mut();
+                let (k, v) = widen_kv(p, len, ins, &mut wide)?;
+                attention_f32(p, len, arm, q, k, v, bias, out);
+                Ok(())
+            });
+        }
+        attention_f32(p, len, arm, q, ins.get(1)?, ins.get(2)?, bias, out);
         return Ok(());
     }
     with_float!(class, T => {
@@ -101,6 +111,42 @@ pub fn attention(p: &AttentionPlan, class: Class, arm: Arm, ins: &Args, out: &mu
         attention_typed::<T>(p, len, ins.get(0)?, ins.get(1)?, ins.get(2)?, bias, out_mut(out)?);
         Ok(())
     })
+}
+
+thread_local! {
+    /// Widened K and V of a half cache (kept between calls: a decode step would otherwise
+    /// allocate and fault in megabytes per layer).
+    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The first `len` rows of each K and V head (packed f16 / bf16 operands 1 and 2) widened
+/// into `wide`, laid out as the operands (rows past `len` are never read).
+fn widen_kv<'w>(p: &AttentionPlan, len: usize, ins: &Args, wide: &'w mut Vec<f32>) -> Result<(&'w [f32], &'w [f32])> {
+    let (kn, vn) = (p.b * p.hkv * p.skv * p.d, p.b * p.hkv * p.skv * p.dv);
+    if wide.len() < kn + vn {
+        wide.resize(kn + vn, 0.0);
+    }
+    let (k, v) = wide.split_at_mut(kn);
+    for (operand, dst, width) in [(1, &mut k[..], p.d), (2, &mut v[..vn], p.dv)] {
+        let rows = p.skv * width;
+        let filled = len * width;
+        match ins.slot(operand)?.class {
+            Class::F16 => {
+                let src: &[half::f16] = ins.get(operand)?;
+                for (d, s) in dst.chunks_exact_mut(rows).zip(src.chunks_exact(rows)) {
+                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&s[..filled], &mut d[..filled]);
+                }
+            }
+            Class::BF16 => {
+                let src: &[half::bf16] = ins.get(operand)?;
+                for (d, s) in dst.chunks_exact_mut(rows).zip(src.chunks_exact(rows)) {
+                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&s[..filled], &mut d[..filled]);
+                }
+            }
+            other => return Err(Error::internal(format!("attention: K/V storage {other:?} with a half cache"))),
+        }
+    }
+    Ok((&k[..kn], &v[..vn]))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -25,6 +25,15 @@ pub fn kv_append(p: &KvAppendPlan, class: Class, in_place: bool, ins: &Args, out
             p.rows, p.cache, p.capacity
         )));
     };
+    // A packed half cache: the new rows come widened (f32 storage holding half values)
+    // and are narrowed as they are written, exactly.
+    if matches!(class, Class::F16 | Class::BF16) {
+        let new: &[f32] = ins.get(1)?;
+        return match class {
+            Class::F16 => append_narrowed::<half::f16>(p, start, in_place, ins, out, new, half::f16::from_f32),
+            _ => append_narrowed::<half::bf16>(p, start, in_place, ins, out, new, half::bf16::from_f32),
+        };
+    }
     with_class!(class, T => {
         let new: &[T] = ins.get(1)?;
         let out: &mut [T] = out_mut(out)?;
@@ -38,4 +47,26 @@ pub fn kv_append(p: &KvAppendPlan, class: Class, in_place: bool, ins: &Args, out
         }
         Ok(())
     })
+}
+
+/// `kv_append` into a packed half cache from widened rows.
+fn append_narrowed<H: crate::buffer::Elem>(
+    p: &KvAppendPlan,
+    start: usize,
+    in_place: bool,
+    ins: &Args,
+    out: &mut Out,
+    new: &[f32],
+    narrow: fn(f32) -> H,
+) -> Result<()> {
+    let out: &mut [H] = out_mut(out)?;
+    if !in_place {
+        out.copy_from_slice(ins.get(0)?);
+    }
+    let chunk = p.rows * p.inner;
+    for o in 0..p.outer {
+        let dst = (o * p.capacity + start) * p.inner;
+        out[dst..dst + chunk].iter_mut().zip(&new[o * chunk..(o + 1) * chunk]).for_each(|(d, &v)| *d = narrow(v));
+    }
+    Ok(())
 }
