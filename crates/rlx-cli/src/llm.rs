@@ -1,4 +1,5 @@
-//! `rlx generate`, `rlx inspect FILE.gguf` and `rlx bench llm`.
+//! `rlx generate`, `rlx chat`, `rlx perplexity`, `rlx quantize`, `rlx inspect FILE.gguf`
+//! and `rlx bench llm`.
 
 use rlx::gguf::Gguf;
 use rlx::models::{Completion, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TokenId};
@@ -243,12 +244,46 @@ pub fn chat(choice: &ModelChoice, sampler: SamplerConfig, system: Option<String>
             _ => {}
         }
         history.push(Message::new("user", line));
-        let reply = loop {
-            let mut messages: Vec<Message> = system.iter().map(|s| Message::new("system", s)).collect();
+        let turn = Turn { template: &template, system: system.as_deref(), max_new, sampler: &sampler };
+        match turn.run(&mut model, &mut history, &mut cached, &mut stdout) {
+            Ok(reply) => history.push(Message::new("assistant", &reply)),
+            // A message that cannot run (longer than the context, say) is refused and the
+            // conversation goes on without it.
+            Err(e) => {
+                history.pop();
+                cached.clear();
+                model.reset();
+                eprintln!("error: {}", e.to_string().replace('\n', " "));
+            }
+        }
+    }
+}
+
+/// One reply of `rlx chat`.
+struct Turn<'a> {
+    template: &'a rlx::models::ChatTemplate,
+    system: Option<&'a str>,
+    max_new: usize,
+    sampler: &'a SamplerConfig,
+}
+
+impl Turn<'_> {
+    /// Prefills what the cache lacks of the conversation, streams the reply to `out` and
+    /// returns it; `cached` is kept equal to the tokens the cache holds.
+    fn run(
+        &self,
+        model: &mut Llama,
+        history: &mut Vec<Message>,
+        cached: &mut Vec<TokenId>,
+        out: &mut impl Write,
+    ) -> Result<String> {
+        let io = |e: std::io::Error| Error::io(format!("stdout: {e}"));
+        loop {
+            let mut messages: Vec<Message> = self.system.iter().map(|s| Message::new("system", s)).collect();
             messages.extend(history.iter().cloned());
-            let ids = template.encode(&model.tokenizer, &messages, true, false)?;
+            let ids = self.template.encode(&model.tokenizer, &messages, true, false)?;
             // Room for the reply: drop the oldest exchange while it does not fit.
-            if ids.len() + max_new.min(model.context() / 2) > model.context() && history.len() > 1 {
+            if ids.len() + self.max_new.min(model.context() / 2) > model.context() && history.len() > 1 {
                 let drop = history.iter().skip(1).position(|m| m.role == "user").map_or(history.len() - 1, |i| i + 1);
                 history.drain(..drop);
                 eprintln!("(the context is full: the oldest turns were dropped)");
@@ -258,25 +293,23 @@ pub fn chat(choice: &ModelChoice, sampler: SamplerConfig, system: Option<String>
             // one token is run, for the logits that follow).
             let shared = cached.iter().zip(&ids).take_while(|(a, b)| a == b).count().min(ids.len() - 1);
             model.rewind(shared)?;
-            let new = &ids[shared..];
-            let mut completion = Completion::begin(&mut model, new, max_new, Sampler::new(sampler.clone())?, &[])?;
+            cached.truncate(shared);
+            let sampler = Sampler::new(self.sampler.clone())?;
+            let mut completion = Completion::begin(model, &ids[shared..], self.max_new, sampler, &[])?;
             let mut reply = String::new();
-            while let Some(piece) = completion.next_text(&mut model)? {
-                write!(stdout, "{piece}")
-                    .and_then(|_| stdout.flush())
-                    .map_err(|e| Error::io(format!("stdout: {e}")))?;
+            while let Some(piece) = completion.next_text(model)? {
+                write!(out, "{piece}").and_then(|_| out.flush()).map_err(io)?;
                 reply.push_str(&piece);
             }
-            writeln!(stdout).map_err(|e| Error::io(format!("stdout: {e}")))?;
+            writeln!(out).map_err(io)?;
             if completion.generation.filled_context() {
                 eprintln!("(the context of {} tokens is full: the reply was cut)", model.context());
             }
             let mut all = [&ids[..], &completion.generation.tokens[..]].concat();
             all.truncate(model.position());
-            cached = all;
-            break reply;
-        };
-        history.push(Message::new("assistant", &reply));
+            *cached = all;
+            return Ok(reply);
+        }
     }
 }
 

@@ -420,6 +420,20 @@ fn chat_keeps_the_conversation() {
     // The second question only makes sense after the first: the answer names Rome.
     assert!(replies.len() >= 2 && out.contains("Paris") && out.contains("Rome"), "{out}");
     assert!(stderr(&o).contains("conversation cleared") && stderr(&o).contains("system message set"), "{}", stderr(&o));
+    // A message longer than the context is refused with both lengths; the chat goes on.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["chat", "-m", model.to_str().unwrap(), "-n", "4", "-t", "1", "-c", "40"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = format!("{}\nHi\n", "word ".repeat(60));
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("more than the context of 40 tokens"), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().filter(|l| !l.is_empty()).count(), 1, "{}", stdout(&o));
 }
 
 #[test]

@@ -96,12 +96,19 @@ pub fn attention(p: &AttentionPlan, class: Class, arm: Arm, ins: &Args, out: &mu
         let (q, out) = (ins.get(0)?, out_mut(out)?);
         if matches!(ins.slot(1)?.class, Class::F16 | Class::BF16) {
             // A packed half cache: the filled rows widened once per call, then the f32 path.
-            return WIDE.with(|wide| {
-                let mut wide = wide.borrow_mut();
-                let (k, v) = widen_kv(p, len, ins, &mut wide)?;
-                attention_f32(p, len, arm, q, k, v, bias, out);
-                Ok(())
+            // The buffer is taken out of the thread's slot while in use: a worker waiting
+            // in the parallel part may steal another program's attention and come here
+            // again (it then widens into a buffer of its own).
+            let mut wide = WIDE.with(|w| std::mem::take(&mut *w.borrow_mut()));
+            let (k, v) = widen_kv(p, len, ins, &mut wide)?;
+            attention_f32(p, len, arm, q, k, v, bias, out);
+            WIDE.with(|w| {
+                let mut slot = w.borrow_mut();
+                if slot.capacity() < wide.capacity() {
+                    *slot = wide;
+                }
             });
+            return Ok(());
         }
         attention_f32(p, len, arm, q, ins.get(1)?, ins.get(2)?, bias, out);
         return Ok(());
@@ -114,7 +121,7 @@ pub fn attention(p: &AttentionPlan, class: Class, arm: Arm, ins: &Args, out: &mu
 }
 
 thread_local! {
-    /// Widened K and V of a half cache (kept between calls: a decode step would otherwise
+    /// Widened K and V of a half cache, kept between calls (a decode step would otherwise
     /// allocate and fault in megabytes per layer).
     static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
