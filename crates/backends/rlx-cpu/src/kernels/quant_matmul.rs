@@ -260,7 +260,7 @@ fn dot_kernel(scheme: QuantScheme, arm: Arm) -> (DotFn, bool) {
                 && f.f16c
             {
                 // SAFETY: the features were just checked.
-                return (|s, w, a, o| unsafe { x86::dot_rows_unsigned_vnni(s, w, a, o) }, true);
+                return (|s, w, a, o| unsafe { x86::dot_rows_unsigned_vnni_avx512(s, w, a, o) }, true);
             }
             match arm.min(Arm::best()) {
                 #[cfg(target_arch = "x86_64")]
@@ -496,7 +496,7 @@ mod x86 {
     /// from a mask register (`qh` as 32 lane bits). Gemma 3 270M decode, 1 thread (AMD
     /// EPYC): 40 tok/s with the `vpmaddwd` path, 51 with this one.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn dot_rows_unsigned_vnni(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
+    pub unsafe fn dot_rows_unsigned_vnni_avx512(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
         let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
         let rb = w.len() / out.len().max(1);
         let f16 = |b: &[u8], at: usize| super::f16_at(b, at);
