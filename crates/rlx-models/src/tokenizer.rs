@@ -320,11 +320,6 @@ impl Tokenizer {
         self.tokens.get(id as usize).map(String::as_str)
     }
 
-    /// The id of a token's stored text.
-    pub fn token_id(&self, text: &str) -> Option<TokenId> {
-        self.ids.get(text).copied()
-    }
-
     /// Whether generating `id` ends a generation: the end-of-sequence token, or a token
     /// that ends a turn ([`END_OF_GENERATION`]).
     pub fn ends_generation(&self, id: TokenId) -> bool {

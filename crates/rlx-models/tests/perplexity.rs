@@ -4,8 +4,11 @@
 //! by tools/fetch_text.sh). The quantized paths differ only in activation rounding (and
 //! llama.cpp's f16 KV cache), so the figures must agree within 1%.
 
+mod common;
+
+use common::cached;
 use rlx_models::perplexity::negative_log_likelihood;
-use rlx_models::{Llama, LlamaOptions, models_dir, perplexity};
+use rlx_models::{Llama, LlamaOptions, perplexity};
 use serde_json::Value;
 
 /// Chunks scored here (the fixture has the running value after each of 20).
@@ -14,18 +17,6 @@ const CHUNKS: usize = 8;
 fn fixture() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/perplexity.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The file in the model cache, or `None` (with a note) when absent and not required.
-fn cached(name: &str, fetch: &str) -> Option<std::path::PathBuf> {
-    let path = models_dir().join(name);
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!("{} is missing: run {fetch}", path.display());
-    assert!(std::env::var("RLX_REQUIRE_MODEL").map_or(true, |v| v != "1"), "{msg}");
-    eprintln!("skipping: {msg}");
-    None
 }
 
 fn check(key: &str, fetch: &str) {

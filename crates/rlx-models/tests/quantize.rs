@@ -3,22 +3,14 @@
 //! for every tensor, and at q4_k (Q4_K_M) a perplexity on Botchan within 3% of
 //! llama.cpp's for its own file (the fixture also records llama.cpp loading RLX's file).
 
+mod common;
+
+use common::cached;
 use rlx_gguf::{Gguf, GgufWriter, Value};
 use rlx_ir::quant::QuantScheme;
 use rlx_models::quantize::{QuantType, quantize};
-use rlx_models::{Llama, LlamaOptions, models_dir, perplexity};
+use rlx_models::{Llama, LlamaOptions, perplexity};
 use std::sync::Arc;
-
-fn cached(name: &str, fetch: &str) -> Option<std::path::PathBuf> {
-    let path = models_dir().join(name);
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!("{} is missing: run {fetch}", path.display());
-    assert!(std::env::var("RLX_REQUIRE_MODEL").map_or(true, |v| v != "1"), "{msg}");
-    eprintln!("skipping: {msg}");
-    None
-}
 
 /// An all-F32 copy of `g` (what make_f32_gguf.py writes).
 fn f32_copy(g: &Gguf) -> Gguf {
