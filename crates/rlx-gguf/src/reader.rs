@@ -4,6 +4,7 @@ use crate::Value;
 use rlx_ir::quant::QuantScheme;
 use rlx_ir::{Error, Result};
 use std::collections::HashSet;
+use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -243,6 +244,15 @@ pub(crate) fn esc(s: &str) -> String {
     format!("'{}'", s.escape_debug())
 }
 
+/// `value of 'key'` in a message.
+struct ValueOf<'k>(&'k str);
+
+impl fmt::Display for ValueOf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "value of {}", esc(self.0))
+    }
+}
+
 /// Least encoded bytes of a value of GGUF type `ty` (None for an unknown type).
 fn min_encoded_size(ty: u32) -> Option<u64> {
     Some(match ty {
@@ -266,7 +276,7 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
-    fn take(&mut self, n: usize, field: &str) -> Result<&[u8]> {
+    fn take(&mut self, n: usize, field: &(impl fmt::Display + ?Sized)) -> Result<&[u8]> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| {
             Error::parse(format!(
                 "gguf: byte {}: {field} needs {n} bytes, the file has {} left",
@@ -284,7 +294,13 @@ impl Cursor<'_> {
     /// count is the file's claim, not a size to trust. Past the cap the vector grows as
     /// entries really parse (a forged metadata count in a 98 MB file would otherwise
     /// reserve 98 MB / 12 x 56 bytes = 457 MB before the first key fails).
-    fn reserve<T>(&self, v: &mut Vec<T>, count: u64, min_size: u64, field: &str) -> Result<()> {
+    fn reserve<T>(
+        &self,
+        v: &mut Vec<T>,
+        count: u64,
+        min_size: u64,
+        field: &(impl fmt::Display + ?Sized),
+    ) -> Result<()> {
         let left = (self.data.len() - self.at) as u64;
         let n = usize::try_from(count.min(left / min_size.max(1)).min(RESERVE_AHEAD)).unwrap_or(usize::MAX);
         v.try_reserve_exact(n).map_err(|_| {
@@ -292,22 +308,22 @@ impl Cursor<'_> {
         })
     }
 
-    fn array<const N: usize>(&mut self, field: &str) -> Result<[u8; N]> {
+    fn array<const N: usize>(&mut self, field: &(impl fmt::Display + ?Sized)) -> Result<[u8; N]> {
         let b = self.take(N, field)?;
         let mut a = [0u8; N];
         a.copy_from_slice(b);
         Ok(a)
     }
 
-    fn u32(&mut self, field: &str) -> Result<u32> {
+    fn u32(&mut self, field: &(impl fmt::Display + ?Sized)) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array(field)?))
     }
 
-    fn u64(&mut self, field: &str) -> Result<u64> {
+    fn u64(&mut self, field: &(impl fmt::Display + ?Sized)) -> Result<u64> {
         Ok(u64::from_le_bytes(self.array(field)?))
     }
 
-    fn string(&mut self, field: &str) -> Result<String> {
+    fn string(&mut self, field: &(impl fmt::Display + ?Sized)) -> Result<String> {
         let at = self.at;
         let len = self.u64(field)?;
         // `take` checks the length against the bytes left before anything is copied.
@@ -324,7 +340,8 @@ impl Cursor<'_> {
     }
 
     fn value(&mut self, ty: u32, key: &str, depth: u32) -> Result<Value> {
-        let field = format!("value of {}", esc(key));
+        // Formatted only if an error names it (a 262k-token vocabulary is 800k values).
+        let field = ValueOf(key);
         Ok(match ty {
             0 => Value::U8(self.array::<1>(&field)?[0]),
             1 => Value::I8(self.array::<1>(&field)?[0] as i8),
