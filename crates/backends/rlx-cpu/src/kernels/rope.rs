@@ -31,17 +31,22 @@ pub fn rope(p: &RopePlan, class: Class, ins: &Args, out: &mut Out) -> Result<()>
 fn rope_typed<T: Float>(p: &RopePlan, x: &[T], ins: &Args, out: &mut [T]) -> Result<()> {
     out.copy_from_slice(x);
     let half = p.inv_freq.len();
+    // A position's angles are the same for every head: computed once (sin_cos per head
+    // was 6.6% of a 512-token Gemma 3 prompt, 5 heads a layer).
+    let mut angles = vec![(0f64, 0f64); half];
     for s in 0..p.seq {
         // Any integer position is valid, negative ones included.
         let pos = ins.index(1, s)? as f64;
+        for (angle, &f) in angles.iter_mut().zip(&p.inv_freq) {
+            *angle = (pos * f).sin_cos();
+        }
         for o in 0..p.outer {
             let row = (o * p.seq + s) * p.head_dim;
-            for (i, &f) in p.inv_freq.iter().enumerate() {
+            for (i, &(sin, cos)) in angles.iter().enumerate() {
                 let (a, b) = match p.style {
                     RopeStyle::NeoX => (row + i, row + i + half),
                     RopeStyle::GptJ => (row + 2 * i, row + 2 * i + 1),
                 };
-                let (sin, cos) = (pos * f).sin_cos();
                 let (x0, x1) = (x[a].to_f64(), x[b].to_f64());
                 out[a] = T::from_f64(x0 * cos - x1 * sin);
                 out[b] = T::from_f64(x0 * sin + x1 * cos);
