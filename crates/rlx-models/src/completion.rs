@@ -1,8 +1,7 @@
 //! Text out of a generation, as `rlx generate`, the Python `Llama` and a server show it:
 //! tokens decoded into whole UTF-8 characters, the end-of-sequence (or end-of-turn) token
-//! dropped, and
-//! stop strings with OpenAI's semantics (generation ends at the first occurrence of any
-//! of them, which is not part of the text). Streamed pieces concatenate to exactly the
+//! dropped, and stop strings with OpenAI's semantics (generation ends at the first
+//! occurrence of any of them, which is not part of the text). Streamed pieces concatenate to exactly the
 //! text a non-streaming call returns: a piece never ends inside a possible stop string.
 
 use crate::chat::Message;

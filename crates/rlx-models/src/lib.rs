@@ -1,6 +1,8 @@
-//! Models built from files. Today: Llama-family LLMs from GGUF ([`llama`]), with their
-//! byte-level BPE tokenizer ([`tokenizer`]), chat template ([`chat`]) and sampler
-//! ([`sampler`]), and the text of a completion with stop strings ([`completion`]).
+//! Models built from files. Today: decoder LLMs from GGUF ([`llama`]; the families in
+//! [`arch`]: Llama, Gemma 3) with their tokenizers (byte-level BPE, SentencePiece:
+//! [`tokenizer`]), chat templates ([`chat`]) and sampler ([`sampler`]); the text of a
+//! completion with stop strings ([`completion`]); perplexity ([`perplexity`]) and
+//! re-quantization ([`quantize`]) as llama.cpp's tools compute them.
 //!
 //! Architecture invariant: models are graphs built with `rlx-ir` builders and run through
 //! `rlx-runtime`; nothing here calls a kernel or knows a backend.
