@@ -1,7 +1,7 @@
 //! Models built from files. Today: decoder LLMs from GGUF ([`llama`]; the families in
 //! [`arch`]: Llama, Gemma 3) with their tokenizers (byte-level BPE, SentencePiece:
 //! [`tokenizer`]), chat templates ([`chat`]) and sampler ([`sampler`]); the text of a
-//! completion with stop strings ([`completion`]); perplexity ([`perplexity`]) and
+//! completion with stop strings ([`completion`]); perplexity ([`perplexity`](mod@perplexity)) and
 //! re-quantization ([`quantize`]) as llama.cpp's tools compute them.
 //!
 //! Architecture invariant: models are graphs built with `rlx-ir` builders and run through

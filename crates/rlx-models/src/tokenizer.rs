@@ -1,6 +1,6 @@
 //! Tokenizers built from a GGUF file's `tokenizer.ggml.*` metadata, chosen by
 //! `tokenizer.ggml.model`: GPT-2-style byte-level BPE (`gpt2`: SmolLM2, Llama 3, Qwen)
-//! and SentencePiece BPE (`llama`: Gemma, Llama 2; [`spm`]).
+//! and SentencePiece BPE (`llama`: Gemma, Llama 2; `spm.rs`).
 //!
 //! Encoding first splits special tokens out of the text as llama.cpp does: each
 //! candidate, longest first, is cut out of the text runs left so far. User-defined tokens

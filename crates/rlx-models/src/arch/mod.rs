@@ -5,7 +5,7 @@
 //! sliding window with its own RoPE base).
 //!
 //! Adding a family (Qwen2/3, Mistral, Phi-3): a file here with a `describe` function,
-//! one line in [`FAMILIES`], and a test against llama.cpp (tools/llm/).
+//! one line in `FAMILIES`, and a test against llama.cpp (tools/llm/).
 
 mod gemma3;
 mod llama;
