@@ -461,6 +461,8 @@ fn llm_commands_fail_cleanly() {
     assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
     let o = rlx(&["quantize", &missing, "out.gguf", "--type", "q3_xs"]);
     assert!(!o.status.success() && stderr(&o).contains("'q3_xs'"), "{}", stderr(&o));
+    let o = rlx(&["generate", "-p", "hi", "--cache-type", "q8"]);
+    assert!(!o.status.success() && stderr(&o).contains("--cache-type 'q8'"), "{}", stderr(&o));
     let o = rlx(&["perplexity", "-m", &missing, "-f", &missing]);
     assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
     // A truncated file: the error names the byte offset and field.

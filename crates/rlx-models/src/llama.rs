@@ -491,7 +491,8 @@ impl Llama {
         HostTensor::from_f32(&[1, tokens.len(), h], &x)
     }
 
-    fn step(&mut self, tokens: &[TokenId], decode: bool) -> Result<Vec<f32>> {
+    /// Runs `tokens` after what the cache holds through the graph `kind` names.
+    fn step(&mut self, tokens: &[TokenId], kind: StepKind) -> Result<Vec<f32>> {
         let n = tokens.len();
         if n == 0 {
             return Err(Error::input("no tokens to run"));
@@ -504,12 +505,25 @@ impl Llama {
         }
         let x = self.embed(tokens)?;
         let pos = HostTensor::from_f32_as(DType::I32, &[1], &[self.pos as f32])?;
-        let program = if decode {
-            self.prepare_decode()?;
-            self.decode.as_mut().expect("compiled by prepare_decode")
-        } else {
-            self.prepare_prefill(n)?;
-            self.prefill.get_mut(&n).expect("compiled by prepare_prefill")
+        let program = match kind {
+            StepKind::Decode => {
+                self.prepare_decode()?;
+                self.decode.as_mut().expect("compiled by prepare_decode")
+            }
+            StepKind::Prefill => {
+                self.prepare_prefill(n)?;
+                self.prefill.get_mut(&n).expect("compiled by prepare_prefill")
+            }
+            StepKind::Score { first } => {
+                if first >= n {
+                    return Err(Error::input(format!("score: logits from index {first} of {n} tokens")));
+                }
+                if self.scoring.as_ref().is_none_or(|(key, _)| *key != (n, first)) {
+                    let compiled = self.compile_step(n, false, first)?;
+                    self.scoring = Some(((n, first), compiled));
+                }
+                &mut self.scoring.as_mut().expect("compiled above").1
+            }
         };
         let logits = program.run_typed(&[("x", &x), ("pos", &pos)])?.remove(0).to_f32_vec();
         self.pos += n;
@@ -544,38 +558,19 @@ impl Llama {
     /// Runs a prompt as one batch after what the cache holds; returns the logits of its
     /// last token.
     pub fn prefill(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>> {
-        self.step(tokens, false)
+        self.step(tokens, StepKind::Prefill)
     }
 
     /// Runs one token; returns the logits that follow it.
     pub fn decode(&mut self, token: TokenId) -> Result<Vec<f32>> {
-        self.step(&[token], true)
+        self.step(&[token], StepKind::Decode)
     }
 
     /// Runs `tokens` as one batch after what the cache holds (f32 activations, as a
     /// prompt); returns the logits after each token from index `first` on, row by row
     /// (`(tokens.len() - first) * vocab` values).
     pub fn score(&mut self, tokens: &[TokenId], first: usize) -> Result<Vec<f32>> {
-        let n = tokens.len();
-        if n == 0 || first >= n {
-            return Err(Error::input(format!("score: logits from index {first} of {n} tokens")));
-        }
-        if self.pos + n > self.context {
-            return Err(Error::input(format!(
-                "score: {n} tokens after the {} in the cache do not fit the context of {}",
-                self.pos, self.context
-            )));
-        }
-        if self.scoring.as_ref().is_none_or(|(key, _)| *key != (n, first)) {
-            let compiled = self.compile_step(n, false, first)?;
-            self.scoring = Some(((n, first), compiled));
-        }
-        let x = self.embed(tokens)?;
-        let pos = HostTensor::from_f32_as(DType::I32, &[1], &[self.pos as f32])?;
-        let (_, program) = self.scoring.as_mut().expect("compiled above");
-        let logits = program.run_typed(&[("x", &x), ("pos", &pos)])?.remove(0).to_f32_vec();
-        self.pos += n;
-        Ok(logits)
+        self.step(tokens, StepKind::Score { first })
     }
 
     /// Prefills `prompt`, then samples up to `max_new` tokens, calling `on_token` with the
@@ -674,6 +669,17 @@ impl Llama {
         g.stats.generated_tokens = g.tokens.len();
         Ok(next)
     }
+}
+
+/// Which compiled graph a step runs.
+#[derive(Clone, Copy)]
+enum StepKind {
+    /// The n-token prompt graph (logits of the last token).
+    Prefill,
+    /// The one-token graph with the decode activations.
+    Decode,
+    /// The n-token graph with the logits from position `first` on.
+    Score { first: usize },
 }
 
 /// A generation in progress ([`Llama::begin`], [`Llama::next_token`]).

@@ -7,6 +7,8 @@
 //! Without the file these tests say how to get it and pass, unless `RLX_REQUIRE_MODEL=1`
 //! (set in CI), where a missing model fails.
 
+mod common;
+
 use rlx_models::{ChatTemplate, GEMMA3_MODEL, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TokenId};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -26,15 +28,7 @@ fn model() -> Option<&'static Mutex<Llama>> {
     static MODEL: OnceLock<Option<Mutex<Llama>>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
-            let path = rlx_models::models_dir().join(GEMMA3_MODEL);
-            if !path.exists() {
-                let msg = format!("{} is missing: run tools/fetch_model.sh gemma3", path.display());
-                if std::env::var("RLX_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-                    panic!("{msg}");
-                }
-                eprintln!("skipping: {msg}");
-                return None;
-            }
+            let path = common::cached(GEMMA3_MODEL, "tools/fetch_model.sh gemma3")?;
             // llama.cpp's reference ran with an f32 KV cache.
             let options = LlamaOptions {
                 q8_decode: false,

