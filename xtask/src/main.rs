@@ -3,7 +3,7 @@
 //! `cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S]` — the libFuzzer targets of fuzz/.
 //! `cargo xtask onnx-proto` — regenerates rlx-onnx's committed prost code from its .proto.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use xtask::{cargo_executables, disassemble, isa};
 
@@ -112,9 +112,9 @@ fn qemu_test(args: &[String]) -> Result<(), String> {
     }
     let exes = cargo_executables(&["test", "--no-run", "-p", "rlx-cpu", "-p", "rlx", "-p", "rlx-ir"])?;
     println!("running {} test binaries under `{qemu} -cpu {cpu}`", exes.len());
-    for exe in &exes {
-        let out = Command::new(qemu)
-            .args(["-cpu", &cpu])
+    let emulated = |exe: &Path| {
+        let mut cmd = Command::new(qemu);
+        cmd.args(["-cpu", &cpu])
             .arg(exe)
             .env("RLX_EXPECT_ARM", "portable")
             // This run is the CPU suite on an old core; the GPU suite runs natively (a
@@ -122,9 +122,15 @@ fn qemu_test(args: &[String]) -> Result<(), String> {
             .env("VK_ICD_FILENAMES", "/nonexistent/rlx-qemu.json")
             .env("VK_DRIVER_FILES", "/nonexistent/rlx-qemu.json")
             .env("RLX_REQUIRE_DEVICE", "0")
-            .stdout(std::process::Stdio::inherit())
-            .output()
-            .map_err(|e| format!("{qemu}: {e}"))?;
+            // OpenBLAS (the GEMM oracle) on one thread and a pinned pre-AVX core: its
+            // choice and its thread pool then depend on nothing of the host's (a CI run
+            // died of SIGILL in the one test binary that links it; not reproduced on AMD).
+            .env("OPENBLAS_CORETYPE", "Nehalem")
+            .env("OPENBLAS_NUM_THREADS", "1");
+        cmd
+    };
+    for exe in &exes {
+        let out = emulated(exe).stdout(std::process::Stdio::inherit()).output().map_err(|e| format!("{qemu}: {e}"))?;
         // TCG lists each CPUID bit of the model it cannot emulate (irrelevant here).
         for line in String::from_utf8_lossy(&out.stderr).lines() {
             if !line.contains("TCG doesn't support requested feature") {
@@ -132,6 +138,9 @@ fn qemu_test(args: &[String]) -> Result<(), String> {
             }
         }
         if !out.status.success() {
+            // A signal kills the harness before it names the test: rerun one at a time.
+            eprintln!("{}: rerunning one test at a time to name the failing one", exe.display());
+            let _ = emulated(exe).args(["--test-threads", "1"]).status();
             return Err(format!("{} failed under {qemu} -cpu {cpu}", exe.display()));
         }
     }
