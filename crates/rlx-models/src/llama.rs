@@ -139,15 +139,18 @@ pub struct Llama {
     q8_decode: bool,
     weights: HashMap<String, (WeightInfo, ParamBuffer)>,
     norms: HashMap<String, ParamBuffer>,
-    /// Per layer (k, v), each `[1, n_kv_head, context, head_dim]` f32.
-    caches: Vec<(ParamBuffer, ParamBuffer)>,
+    /// KV caches by slot (one sequence each; slot 0 is the one `generate` uses), then by
+    /// layer: (k, v), each `[1, n_kv_head, context, head_dim]`.
+    slots: Vec<Vec<(ParamBuffer, ParamBuffer)>>,
     embedding: (TensorInfo, WeightInfo),
     output_name: String,
-    prefill: HashMap<usize, CompiledGraph>,
-    decode: Option<CompiledGraph>,
+    prefill: HashMap<usize, Step>,
+    decode: Option<Step>,
     /// The graph [`Llama::score`] last ran, by (tokens, first logit).
-    scoring: Option<((usize, usize), CompiledGraph)>,
-    /// Tokens in the cache.
+    scoring: Option<((usize, usize), Step)>,
+    /// Batched decode graphs ([`Llama::decode_batch`]) by rows.
+    batch: HashMap<usize, Step>,
+    /// Tokens in slot 0's cache.
     pos: usize,
     /// Seconds spent compiling graphs so far.
     compile_seconds: f64,
@@ -264,11 +267,8 @@ impl Llama {
         }
         let embd = tensor(&gguf, "token_embd.weight")?.clone();
         let embd_info = weight_info(&embd, c.vocab, h, &vocab_d)?;
-        let cache_dims = [1, c.n_kv_head, context, c.head_dim];
         let cache_type = options.resolved_cache_type()?;
-        let caches = (0..c.n_layer)
-            .map(|_| Ok((ParamBuffer::zeroed(cache_type, &cache_dims)?, ParamBuffer::zeroed(cache_type, &cache_dims)?)))
-            .collect::<Result<_>>()?;
+        let slot = slot_caches(&c, context, cache_type)?;
         let compile_options = CompileOptions { threads: options.threads, ..CompileOptions::default() };
         release_freed_heap();
         Ok(Llama {
@@ -283,12 +283,13 @@ impl Llama {
             q8_decode: options.q8_decode,
             weights,
             norms,
-            caches,
+            slots: vec![slot],
             embedding: (embd, embd_info),
             output_name: output_name.to_string(),
             prefill: HashMap::new(),
             decode: None,
             scoring: None,
+            batch: HashMap::new(),
             pos: 0,
             compile_seconds: 0.0,
         })
@@ -325,6 +326,7 @@ impl Llama {
         if q8 != self.q8_decode {
             self.q8_decode = q8;
             self.decode = None;
+            self.batch.clear();
         }
     }
 
@@ -353,19 +355,46 @@ impl Llama {
     /// [`Llama::build_graph`] with the logits of every position from `first` on
     /// (`[1, n - first, vocab]`): what scoring a text (perplexity) needs.
     pub fn build_graph_scoring(&self, n: usize, q8: bool, first: usize) -> Result<Graph> {
+        self.build(StepShape::Sequence { n, first }, q8)
+    }
+
+    /// The graph of one decode step for `rows` sequences at once: input `x` (`[1, rows,
+    /// d_model]`, row `r` the token of sequence `r`) and `pos` (`i32[rows]`, each row's
+    /// position in its own cache, params `cache_k.{layer}.{row}`); output the logits of
+    /// every row, `[1, rows, vocab]`. Each weight is read once per step for all rows.
+    ///
+    /// A row computes what the one-token graph computes for it alone, bit for bit: the
+    /// row-wise ops (norms, RoPE, activations) see only their row; each row's attention is
+    /// an op of its own, of the one-token graph's shape; and the matmuls' 8-bit path
+    /// quantizes each activation row on its own and splits columns, never rows, across
+    /// threads (`tests/batch.rs` checks the logits).
+    pub fn build_batch_graph(&self, rows: usize, q8: bool) -> Result<Graph> {
+        self.build(StepShape::Batch { rows }, q8)
+    }
+
+    fn build(&self, shape: StepShape, q8: bool) -> Result<Graph> {
+        let (n, first) = match shape {
+            StepShape::Sequence { n, first } => (n, first),
+            StepShape::Batch { rows } => (rows, 0),
+        };
         if first >= n {
             return Err(Error::input(format!("logits from position {first} of a step of {n} tokens")));
         }
         let (c, block) = (&self.config, &self.block);
         let (h, nh, nkv, hd) = (c.d_model, c.n_head, c.n_kv_head, c.head_dim);
-        let mut g = Graph::new(&format!("{}_step_{n}", c.arch));
+        let batch = matches!(shape, StepShape::Batch { .. });
+        let name = if batch { format!("{}_batch_{n}", c.arch) } else { format!("{}_step_{n}", c.arch) };
+        let mut g = Graph::new(&name);
         let mut x = g.input("x", DType::F32, &[1, n, h])?;
-        let pos = g.input("pos", DType::I32, &[1])?;
-        let iota = g.constant_tensor(HostTensor::from_i64(&[n], &(0..n as i64).collect::<Vec<_>>())?)?;
-        let iota = g.cast(iota, DType::I32)?;
-        let positions = g.add(pos, iota)?;
-        let count = g.scalar(DType::I32, n as f32)?;
-        let len = g.add(pos, count)?;
+        let pos = g.input("pos", DType::I32, &[if batch { n } else { 1 }])?;
+        let (positions, len) = if batch {
+            (pos, None)
+        } else {
+            let iota = g.constant_tensor(HostTensor::from_i64(&[n], &(0..n as i64).collect::<Vec<_>>())?)?;
+            let iota = g.cast(iota, DType::I32)?;
+            let count = g.scalar(DType::I32, n as f32)?;
+            (g.add(pos, iota)?, Some(g.add(pos, count)?))
+        };
         let norm = |g: &mut Graph, x: NodeId, name: &str| -> Result<NodeId> {
             let dim = *g.dims(x).last().unwrap_or(&h);
             let gamma = g.param(name, DType::F32, &[dim])?;
@@ -396,22 +425,42 @@ impl Llama {
             let q = g.rope(q, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
             let k = g.rope(k, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
             let v = heads(&mut g, v, nkv)?;
-            let cache_dims = [1, nkv, self.context, hd];
-            let ck = g.param(&format!("cache_k.{l}"), self.cache_type, &cache_dims)?;
-            let cv = g.param(&format!("cache_v.{l}"), self.cache_type, &cache_dims)?;
-            // The new rows rounded to the cache's type; attention reads them widened.
-            let (k, v) = if self.cache_type == DType::F32 {
-                (k, v)
-            } else {
-                (g.cast(k, self.cache_type)?, g.cast(v, self.cache_type)?)
+            // Appends `k`, `v` (`[1, nkv, s, hd]`) at `at` to the cache named by `key`
+            // and attends `q` over its first `len` rows.
+            let attend = |g: &mut Graph, (q, k, v): (NodeId, NodeId, NodeId), at, len, key: &str| {
+                let cache_dims = [1, nkv, self.context, hd];
+                let ck = g.param(&format!("cache_k.{key}"), self.cache_type, &cache_dims)?;
+                let cv = g.param(&format!("cache_v.{key}"), self.cache_type, &cache_dims)?;
+                // The new rows rounded to the cache's type; attention reads them widened.
+                let (k, v) = if self.cache_type == DType::F32 {
+                    (k, v)
+                } else {
+                    (g.cast(k, self.cache_type)?, g.cast(v, self.cache_type)?)
+                };
+                let kc = g.kv_append(ck, k, at, 2)?;
+                let vc = g.kv_append(cv, v, at, 2)?;
+                let mask = match layer.window {
+                    Some(w) => AttentionMask::SlidingLen(len, w),
+                    None => AttentionMask::CausalLen(len),
+                };
+                g.attention(q, kc, vc, mask, Some(block.attention_scale))
             };
-            let kc = g.kv_append(ck, k, pos, 2)?;
-            let vc = g.kv_append(cv, v, pos, 2)?;
-            let mask = match layer.window {
-                Some(w) => AttentionMask::SlidingLen(len, w),
-                None => AttentionMask::CausalLen(len),
+            let a = match len {
+                Some(len) => attend(&mut g, (q, k, v), pos, len, &l.to_string())?,
+                None => {
+                    // One sequence per row: its own cache, position and length.
+                    let mut outs = Vec::with_capacity(n);
+                    let one = g.scalar(DType::I32, 1.0)?;
+                    for r in 0..n {
+                        let row = |g: &mut Graph, t| g.narrow(t, 2, r, 1);
+                        let qkv = (row(&mut g, q)?, row(&mut g, k)?, row(&mut g, v)?);
+                        let at = g.narrow(pos, 0, r, 1)?;
+                        let len = g.add(at, one)?;
+                        outs.push(attend(&mut g, qkv, at, len, &format!("{l}.{r}"))?);
+                    }
+                    g.concat(&outs, 2)?
+                }
             };
-            let a = g.attention(q, kc, vc, mask, Some(block.attention_scale))?;
             let a = g.transpose(a, &[0, 2, 1, 3])?;
             let a = g.reshape(a, &[1, n, nh * hd])?;
             let mut o = proj(&mut g, a, &p("attn_output"))?;
@@ -446,11 +495,11 @@ impl Llama {
         self.compile_seconds
     }
 
-    /// Compiles the step graph for `n` tokens (logits from position `first` on) and
-    /// binds the weights and the shared cache.
-    fn compile_step(&mut self, n: usize, q8: bool, first: usize) -> Result<CompiledGraph> {
+    /// Compiles the graph of `shape` and binds the weights (caches are bound per run, by
+    /// [`Llama::bind_slots`]).
+    fn compile_step(&mut self, shape: StepShape, q8: bool) -> Result<Step> {
         let start = Instant::now();
-        let graph = self.build_graph_scoring(n, q8, first)?;
+        let graph = self.build(shape, q8)?;
         let mut compiled = self.session.compile_with(&graph, &self.compile_options)?;
         for (name, (_, buffer)) in &self.weights {
             compiled.bind_param(name, buffer)?;
@@ -458,17 +507,8 @@ impl Llama {
         for (name, buffer) in &self.norms {
             compiled.bind_param(name, buffer)?;
         }
-        for (l, (k, v)) in self.caches.iter().enumerate() {
-            for (name, buffer) in [(format!("cache_k.{l}"), k), (format!("cache_v.{l}"), v)] {
-                compiled.bind_param(&name, buffer)?;
-                // The cache persists only if the graph appends to it in place.
-                if !compiled.updates_in_place(&name)? {
-                    return Err(Error::internal(format!("{name} is not updated in place: the KV cache would be lost")));
-                }
-            }
-        }
         self.compile_seconds += start.elapsed().as_secs_f64();
-        Ok(compiled)
+        Ok(Step { compiled, shape, bound: Vec::new() })
     }
 
     /// Embedding rows of `tokens`, `[1, n, d_model]`.
@@ -491,43 +531,94 @@ impl Llama {
         HostTensor::from_f32(&[1, tokens.len(), h], &x)
     }
 
-    /// Runs `tokens` after what the cache holds through the graph `kind` names.
+    /// Runs `tokens` after what slot 0's cache holds through the graph `kind` names.
     fn step(&mut self, tokens: &[TokenId], kind: StepKind) -> Result<Vec<f32>> {
+        let logits = self.run_sequence(0, self.pos, tokens, kind)?;
+        self.pos += tokens.len();
+        Ok(logits)
+    }
+
+    /// Runs `tokens` of the sequence in `slot` after the first `pos` rows of its cache.
+    fn run_sequence(&mut self, slot: usize, pos: usize, tokens: &[TokenId], kind: StepKind) -> Result<Vec<f32>> {
         let n = tokens.len();
         if n == 0 {
             return Err(Error::input("no tokens to run"));
         }
-        if self.pos + n > self.context {
+        if slot >= self.slots.len() {
+            return Err(Error::input(format!("slot {slot} of {} cache slots", self.slots.len())));
+        }
+        if pos + n > self.context {
             return Err(Error::input(format!(
-                "context full: {} tokens in the cache + {n} new > {} (raise the context size)",
-                self.pos, self.context
+                "context full: {pos} tokens in the cache + {n} new > {} (raise the context size)",
+                self.context
             )));
         }
         let x = self.embed(tokens)?;
-        let pos = HostTensor::from_f32_as(DType::I32, &[1], &[self.pos as f32])?;
-        let program = match kind {
+        let pos = HostTensor::from_f32_as(DType::I32, &[1], &[pos as f32])?;
+        let mut step = match kind {
             StepKind::Decode => {
                 self.prepare_decode()?;
-                self.decode.as_mut().expect("compiled by prepare_decode")
+                self.decode.take().expect("compiled by prepare_decode")
             }
             StepKind::Prefill => {
                 self.prepare_prefill(n)?;
-                self.prefill.get_mut(&n).expect("compiled by prepare_prefill")
+                self.prefill.remove(&n).expect("compiled by prepare_prefill")
             }
             StepKind::Score { first } => {
                 if first >= n {
                     return Err(Error::input(format!("score: logits from index {first} of {n} tokens")));
                 }
-                if self.scoring.as_ref().is_none_or(|(key, _)| *key != (n, first)) {
-                    let compiled = self.compile_step(n, false, first)?;
-                    self.scoring = Some(((n, first), compiled));
+                match self.scoring.take() {
+                    Some((key, step)) if key == (n, first) => step,
+                    _ => self.compile_step(StepShape::Sequence { n, first }, false)?,
                 }
-                &mut self.scoring.as_mut().expect("compiled above").1
             }
         };
-        let logits = program.run_typed(&[("x", &x), ("pos", &pos)])?.remove(0).to_f32_vec();
-        self.pos += n;
-        Ok(logits)
+        let run =
+            self.bind_slots(&mut step, &[slot]).and_then(|()| step.compiled.run_typed(&[("x", &x), ("pos", &pos)]));
+        match kind {
+            StepKind::Decode => self.decode = Some(step),
+            StepKind::Prefill => drop(self.prefill.insert(n, step)),
+            StepKind::Score { first } => self.scoring = Some(((n, first), step)),
+        }
+        Ok(run?.remove(0).to_f32_vec())
+    }
+
+    /// Binds the caches of `slots` (row `r` of a batch graph gets `slots[r]`) to `step`,
+    /// where they differ from what it holds.
+    fn bind_slots(&self, step: &mut Step, slots: &[usize]) -> Result<()> {
+        if step.bound == slots {
+            return Ok(());
+        }
+        let key = |l: usize, row: usize| match step.shape {
+            StepShape::Sequence { .. } => l.to_string(),
+            StepShape::Batch { .. } => format!("{l}.{row}"),
+        };
+        // A buffer cannot be bound to two params of one program at once, so a row whose
+        // new slot another row still holds waits until that row moves on. Rows keep the
+        // slots' order, so the moves never form a cycle.
+        let mut pending: Vec<usize> = (0..slots.len()).filter(|&r| step.bound.get(r) != Some(&slots[r])).collect();
+        step.bound.resize(slots.len(), usize::MAX);
+        while !pending.is_empty() {
+            let free = |r: usize| !step.bound.iter().enumerate().any(|(o, &s)| o != r && s == slots[r]);
+            let Some(i) = pending.iter().position(|&r| free(r)) else {
+                return Err(Error::internal(format!("cache slots {slots:?} cannot be bound over {:?}", step.bound)));
+            };
+            let r = pending.swap_remove(i);
+            for (l, (k, v)) in self.slots[slots[r]].iter().enumerate() {
+                for (name, buffer) in [(format!("cache_k.{}", key(l, r)), k), (format!("cache_v.{}", key(l, r)), v)] {
+                    step.compiled.bind_param(&name, buffer)?;
+                    // The cache persists only if the graph appends to it in place.
+                    if !step.compiled.updates_in_place(&name)? {
+                        return Err(Error::internal(format!(
+                            "{name} is not updated in place: the KV cache would be lost"
+                        )));
+                    }
+                }
+            }
+            step.bound[r] = slots[r];
+        }
+        Ok(())
     }
 
     /// Compiles the graphs a prompt of `n` tokens and the decode steps after it need.
@@ -538,7 +629,7 @@ impl Llama {
 
     fn prepare_decode(&mut self) -> Result<()> {
         if self.decode.is_none() {
-            self.decode = Some(self.compile_step(1, self.q8_decode, 0)?);
+            self.decode = Some(self.compile_step(StepShape::Sequence { n: 1, first: 0 }, self.q8_decode)?);
         }
         Ok(())
     }
@@ -549,8 +640,8 @@ impl Llama {
             if self.prefill.len() >= 4 {
                 self.prefill.clear();
             }
-            let compiled = self.compile_step(n, false, n - 1)?;
-            self.prefill.insert(n, compiled);
+            let step = self.compile_step(StepShape::Sequence { n, first: n - 1 }, false)?;
+            self.prefill.insert(n, step);
         }
         Ok(())
     }
@@ -571,6 +662,96 @@ impl Llama {
     /// (`(tokens.len() - first) * vocab` values).
     pub fn score(&mut self, tokens: &[TokenId], first: usize) -> Result<Vec<f32>> {
         self.step(tokens, StepKind::Score { first })
+    }
+
+    /// Makes room for `count` sequences at once (at least 1): each slot is a KV cache of
+    /// [`Llama::context`] rows, allocated here, once; slot 0 is the one the
+    /// single-sequence calls ([`Llama::generate`], [`Llama::prefill`], ...) use.
+    pub fn set_slots(&mut self, count: usize) -> Result<()> {
+        if count == 0 {
+            return Err(Error::input("a model needs at least 1 cache slot"));
+        }
+        while self.slots.len() < count {
+            self.slots.push(slot_caches(&self.config, self.context, self.cache_type)?);
+        }
+        self.slots.truncate(count);
+        // Graphs bound to a slot that is gone rebind on their next run.
+        let gone = |step: &mut Step| {
+            if step.bound.iter().any(|&s| s >= count) {
+                step.bound.clear();
+            }
+        };
+        self.prefill.values_mut().chain(&mut self.decode).chain(self.batch.values_mut()).for_each(gone);
+        if let Some((_, step)) = &mut self.scoring {
+            gone(step);
+        }
+        Ok(())
+    }
+
+    /// Sequences the caches can hold at once.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Bytes of all KV caches (every slot, every layer, K and V).
+    pub fn cache_bytes(&self) -> usize {
+        let per_slot = 2 * self.config.n_layer * self.config.n_kv_head * self.context * self.config.head_dim;
+        self.slots.len() * per_slot * self.cache_type.size_bytes()
+    }
+
+    /// Runs `tokens` (a prompt, or a chunk of one) of the sequence in `slot` after the
+    /// first `pos` rows of its cache; returns the logits of the last token.
+    pub fn prefill_slot(&mut self, slot: usize, pos: usize, tokens: &[TokenId]) -> Result<Vec<f32>> {
+        self.run_sequence(slot, pos, tokens, StepKind::Prefill)
+    }
+
+    /// One decode step for several sequences at once, through the batched graph of
+    /// [`Llama::build_batch_graph`]: row `i` appends `rows[i].token` at `rows[i].pos` of
+    /// slot `rows[i].slot`'s cache. Returns the logits of every row, row after row. Each
+    /// row's logits are bit for bit those of [`Llama::decode`] on that sequence alone.
+    pub fn decode_batch(&mut self, rows: &[BatchRow]) -> Result<Vec<f32>> {
+        let n = rows.len();
+        if n == 0 {
+            return Err(Error::input("decode_batch: no rows"));
+        }
+        let mut slots: Vec<usize> = rows.iter().map(|r| r.slot).collect();
+        for (i, r) in rows.iter().enumerate() {
+            if r.slot >= self.slots.len() {
+                return Err(Error::input(format!("row {i}: slot {} of {} cache slots", r.slot, self.slots.len())));
+            }
+            if r.pos >= self.context {
+                return Err(Error::input(format!(
+                    "row {i}: context full: {} tokens in slot {}'s cache, context {}",
+                    r.pos, r.slot, self.context
+                )));
+            }
+        }
+        slots.sort_unstable();
+        if slots.windows(2).any(|w| w[0] == w[1]) {
+            return Err(Error::input(format!("decode_batch: a slot appears twice in {slots:?}")));
+        }
+        // Rows run in slot order (so rebinding never cycles); logits go back in the
+        // caller's order.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_unstable_by_key(|&i| rows[i].slot);
+        let tokens: Vec<TokenId> = order.iter().map(|&i| rows[i].token).collect();
+        let x = self.embed(&tokens)?;
+        let positions: Vec<f32> = order.iter().map(|&i| rows[i].pos as f32).collect();
+        let pos = HostTensor::from_f32_as(DType::I32, &[n], &positions)?;
+        let mut step = match self.batch.remove(&n) {
+            Some(step) => step,
+            None => self.compile_step(StepShape::Batch { rows: n }, self.q8_decode)?,
+        };
+        let run =
+            self.bind_slots(&mut step, &slots).and_then(|()| step.compiled.run_typed(&[("x", &x), ("pos", &pos)]));
+        self.batch.insert(n, step);
+        let sorted = run?.remove(0).to_f32_vec();
+        let vocab = sorted.len() / n;
+        let mut logits = vec![0f32; sorted.len()];
+        for (k, &i) in order.iter().enumerate() {
+            logits[i * vocab..][..vocab].copy_from_slice(&sorted[k * vocab..][..vocab]);
+        }
+        Ok(logits)
     }
 
     /// Prefills `prompt`, then samples up to `max_new` tokens, calling `on_token` with the
@@ -671,6 +852,30 @@ impl Llama {
     }
 }
 
+/// What a compiled graph computes (see [`Llama::build_batch_graph`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StepShape {
+    /// `n` tokens of one sequence at input `pos` (`i32[1]`); logits from position `first`.
+    Sequence { n: usize, first: usize },
+    /// One token for each of `rows` sequences, each with its own position and cache.
+    Batch { rows: usize },
+}
+
+/// A compiled graph, with the cache slots bound to it (by row).
+struct Step {
+    compiled: CompiledGraph,
+    shape: StepShape,
+    bound: Vec<usize>,
+}
+
+/// Per layer (k, v) caches for one sequence, each `[1, n_kv_head, context, head_dim]`.
+fn slot_caches(c: &LlamaConfig, context: usize, cache_type: DType) -> Result<Vec<(ParamBuffer, ParamBuffer)>> {
+    let dims = [1, c.n_kv_head, context, c.head_dim];
+    (0..c.n_layer)
+        .map(|_| Ok((ParamBuffer::zeroed(cache_type, &dims)?, ParamBuffer::zeroed(cache_type, &dims)?)))
+        .collect()
+}
+
 /// Which compiled graph a step runs.
 #[derive(Clone, Copy)]
 enum StepKind {
@@ -680,6 +885,16 @@ enum StepKind {
     Decode,
     /// The n-token graph with the logits from position `first` on.
     Score { first: usize },
+}
+
+/// One row of [`Llama::decode_batch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchRow {
+    /// The cache slot of the row's sequence.
+    pub slot: usize,
+    /// Tokens already in that cache (where this token goes).
+    pub pos: usize,
+    pub token: TokenId,
 }
 
 /// A generation in progress ([`Llama::begin`], [`Llama::next_token`]).

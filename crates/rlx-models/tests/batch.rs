@@ -1,0 +1,115 @@
+//! Batched decoding (`Llama::decode_batch`, what `rlx serve` steps its requests with)
+//! against one sequence at a time (`Llama::decode`): every row's logits must be bit for
+//! bit those of its sequence decoded alone, whatever else is in the batch, in whatever
+//! order the rows come, as sequences join and leave.
+//!
+//! The oracle is the single-sequence path, itself checked against llama.cpp
+//! (tests/generate.rs, tests/gemma3.rs). Models come from `tools/fetch_model.sh`; without
+//! them these tests say how to get them and pass, unless `RLX_REQUIRE_MODEL=1`.
+
+mod common;
+
+use rlx_models::{BatchRow, DEFAULT_MODEL, GEMMA3_MODEL, Llama, LlamaOptions, TokenId};
+
+/// Greedy continuation of `prompt` for `steps` tokens on slot 0 alone: the token fed at
+/// each step and the logits that followed it.
+fn solo(llama: &mut Llama, prompt: &[TokenId], steps: usize) -> Vec<(TokenId, Vec<f32>)> {
+    llama.reset();
+    let mut logits = llama.prefill(prompt).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..steps {
+        let token = argmax(&logits);
+        logits = llama.decode(token).unwrap();
+        out.push((token, logits.clone()));
+    }
+    out
+}
+
+fn argmax(logits: &[f32]) -> TokenId {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as TokenId
+}
+
+/// Three sequences in slots 3, 1 and 2 joining at steps 0, 2 and 3 (their prompts
+/// prefilled between steps), the first leaving after 5; rows handed over out of slot
+/// order. Each row's logits equal its solo run's.
+fn check(model: &std::path::Path, options: LlamaOptions) {
+    let mut llama = Llama::load(model, &options).unwrap();
+    let prompts: Vec<Vec<TokenId>> =
+        ["The capital of France is", "1, 2, 3, 4,", "Once upon a time, in a small village by the sea, there"]
+            .iter()
+            .map(|p| llama.tokenizer.encode_prompt(p, false).unwrap())
+            .collect();
+    let steps = 7;
+    let want: Vec<_> = prompts.iter().map(|p| solo(&mut llama, p, steps)).collect();
+    llama.set_slots(4).unwrap();
+    let slots = [3, 1, 2];
+    let joins = [0, 2, 3];
+    let leaves = [5, steps + 3, steps + 3];
+    // Per sequence: steps done.
+    let mut done = [0usize; 3];
+    for t in 0..steps + 3 {
+        for s in 0..3 {
+            if joins[s] == t {
+                llama.prefill_slot(slots[s], 0, &prompts[s]).unwrap();
+            }
+        }
+        // Newest first: not the slots' order.
+        let live: Vec<usize> = (0..3).rev().filter(|&s| joins[s] <= t && t < leaves[s] && done[s] < steps).collect();
+        if live.is_empty() {
+            continue;
+        }
+        let rows: Vec<BatchRow> = live
+            .iter()
+            .map(|&s| BatchRow { slot: slots[s], pos: prompts[s].len() + done[s], token: want[s][done[s]].0 })
+            .collect();
+        let logits = llama.decode_batch(&rows).unwrap();
+        let vocab = logits.len() / rows.len();
+        for (row, &s) in live.iter().enumerate() {
+            let got = &logits[row * vocab..][..vocab];
+            let expected = &want[s][done[s]].1;
+            let same = got.iter().zip(expected).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "sequence {s} step {}: batched logits (rows {live:?}) differ from its solo run", done[s]);
+            done[s] += 1;
+        }
+    }
+    assert_eq!(done, [5, steps, steps]);
+}
+
+#[test]
+fn batched_rows_equal_solo_decoding_smollm2() {
+    let Some(path) = common::cached(DEFAULT_MODEL, "tools/fetch_model.sh") else { return };
+    check(&path, LlamaOptions { context: 128, ..LlamaOptions::default() });
+}
+
+#[test]
+fn batched_rows_equal_solo_decoding_gemma3() {
+    let Some(path) = common::cached(GEMMA3_MODEL, "tools/fetch_model.sh gemma3") else { return };
+    check(&path, LlamaOptions { context: 128, ..LlamaOptions::default() });
+}
+
+#[test]
+fn batched_f32_decoding_equals_solo() {
+    let Some(path) = common::cached(DEFAULT_MODEL, "tools/fetch_model.sh") else { return };
+    check(&path, LlamaOptions { context: 128, q8_decode: false, ..LlamaOptions::default() });
+}
+
+#[test]
+fn bad_batches_are_errors() {
+    let Some(path) = common::cached(DEFAULT_MODEL, "tools/fetch_model.sh") else { return };
+    let mut llama = Llama::load(&path, &LlamaOptions { context: 16, ..LlamaOptions::default() }).unwrap();
+    llama.set_slots(2).unwrap();
+    let row = |slot, pos| BatchRow { slot, pos, token: 1 };
+    let mut err = |rows: &[BatchRow]| llama.decode_batch(rows).unwrap_err().to_string();
+    assert!(err(&[]).contains("no rows"));
+    assert!(err(&[row(2, 0)]).contains("slot 2 of 2"));
+    assert!(err(&[row(0, 0), row(0, 1)]).contains("twice"));
+    assert!(err(&[row(1, 16)]).contains("context full"));
+    assert!(llama.set_slots(0).unwrap_err().to_string().contains("at least 1"));
+    assert!(llama.prefill_slot(5, 0, &[1]).unwrap_err().to_string().contains("slot 5"));
+}
