@@ -190,6 +190,37 @@ enum Command {
         #[arg(long = "type", value_name = "TYPE")]
         kind: String,
     },
+    /// Serve a GGUF model over HTTP with OpenAI's API (POST /v1/chat/completions and
+    /// /v1/completions, streaming or not; GET /v1/models and /health), decoding up to
+    /// --parallel requests together. Ctrl-C lets running requests finish, then exits.
+    Serve {
+        /// The model (default: SmolLM2-135M-Instruct Q4_1 in $RLX_MODELS or ~/.cache/rlx).
+        #[arg(long, short)]
+        model: Option<PathBuf>,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// 0 picks a free port (the log says which).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Requests decoded together, each with its own KV cache of --ctx tokens.
+        #[arg(long, visible_alias = "np", default_value_t = 8)]
+        parallel: usize,
+        /// Tokens of context per request (0: the model's, at most 2048).
+        #[arg(long, short = 'c', visible_alias = "ctx-size", default_value_t = 0)]
+        ctx: usize,
+        /// Requests waiting for a free slot beyond which the server answers 503.
+        #[arg(long, default_value_t = 64)]
+        queue: usize,
+        /// Worker threads (default: RLX_THREADS or all cores).
+        #[arg(long, short)]
+        threads: Option<usize>,
+        /// The KV cache's type: f16 (default), f32 or bf16.
+        #[arg(long, visible_alias = "ctk", value_name = "TYPE")]
+        cache_type: Option<String>,
+        /// The model's name in the API (default: the file name without .gguf).
+        #[arg(long)]
+        alias: Option<String>,
+    },
     /// Compile a graph for a device, run it on .npy inputs and print or save the outputs.
     Run {
         /// A graph in RLX's JSON format, or an .onnx model.
@@ -343,6 +374,21 @@ fn main() -> ExitCode {
                 llm::perplexity(&choice, &file, chunks)
             }),
         Command::Quantize { input, output, kind } => llm::quantize(&input, &output, &kind),
+        Command::Serve { model, host, port, parallel, ctx, queue, threads, cache_type, alias } => {
+            llm::cache_type(cache_type.as_deref()).and_then(|cache_type| {
+                rlx_serve::serve(&rlx_serve::ServeOptions {
+                    model: model.unwrap_or_else(rlx::models::default_model_path),
+                    host,
+                    port,
+                    parallel,
+                    context: ctx,
+                    queue,
+                    threads,
+                    cache_type,
+                    alias,
+                })
+            })
+        }
         Command::Run { graph, inputs, params, out, device } => {
             Device::from_name(&device).and_then(|d| run::run(&graph, &inputs, &params, out.as_deref(), d))
         }

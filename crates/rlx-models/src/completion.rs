@@ -7,7 +7,7 @@
 use crate::chat::Message;
 use crate::llama::{Generation, Llama};
 use crate::sampler::Sampler;
-use crate::tokenizer::{TextStream, TokenId};
+use crate::tokenizer::{TextStream, TokenId, Tokenizer};
 use rlx_ir::{Error, Result};
 
 /// Text held back while it could still be the start of a stop string.
@@ -111,13 +111,59 @@ impl Llama {
     }
 }
 
+/// Generated tokens as text: whole UTF-8 characters, end-of-generation tokens dropped,
+/// stop strings applied (what [`Completion`] and a server's requests show).
+pub struct TextOut {
+    stream: TextStream,
+    stops: StopStrings,
+    finish: Option<FinishReason>,
+}
+
+impl TextOut {
+    /// An empty stop string is an error.
+    pub fn new(stops: &[String]) -> Result<TextOut> {
+        Ok(TextOut { stream: TextStream::default(), stops: StopStrings::new(stops)?, finish: None })
+    }
+
+    /// The text token `id` releases (often empty: part of a character, or held back as
+    /// the possible start of a stop string). After a stop string matches, the finish
+    /// reason is `Stop` and nothing more is released.
+    pub fn token(&mut self, tokenizer: &Tokenizer, id: TokenId) -> Result<String> {
+        if self.finish.is_some() || tokenizer.ends_generation(id) {
+            return Ok(String::new());
+        }
+        let piece = self.stream.push(&tokenizer.decode_bytes(&[id])?);
+        let text = self.stops.push(&piece);
+        if self.stops.stopped() {
+            self.finish = Some(FinishReason::Stop);
+        }
+        Ok(text)
+    }
+
+    /// Ends the text because generation ended for `reason` (unless a stop string ended it
+    /// first); returns what was held back.
+    pub fn end(&mut self, reason: FinishReason) -> String {
+        if self.finish.is_some() {
+            return String::new();
+        }
+        self.finish = Some(reason);
+        let tail = self.stream.finish();
+        let mut text = self.stops.push(&tail);
+        text.push_str(&self.stops.finish());
+        text
+    }
+
+    /// Why the text ended (`None` while it goes on).
+    pub fn finish_reason(&self) -> Option<FinishReason> {
+        self.finish
+    }
+}
+
 /// A generation read as text, one piece at a time.
 pub struct Completion {
     pub generation: Generation,
     sampler: Sampler,
-    stream: TextStream,
-    stops: StopStrings,
-    finish: Option<FinishReason>,
+    out: TextOut,
 }
 
 impl Completion {
@@ -130,30 +176,20 @@ impl Completion {
         sampler: Sampler,
         stops: &[String],
     ) -> Result<Completion> {
-        let stops = StopStrings::new(stops)?;
+        let out = TextOut::new(stops)?;
         let generation = llama.begin(prompt, max_new, true)?;
-        Ok(Completion { generation, sampler, stream: TextStream::default(), stops, finish: None })
+        Ok(Completion { generation, sampler, out })
     }
 
     /// The next piece of text (never empty), or `None` once the completion has ended.
     pub fn next_text(&mut self, llama: &mut Llama) -> Result<Option<String>> {
-        while self.finish.is_none() {
+        while self.out.finish_reason().is_none() {
             let Some(id) = llama.next_token(&mut self.generation, &mut self.sampler)? else {
                 let eos = self.generation.tokens.last().is_some_and(|&t| llama.tokenizer.ends_generation(t));
-                self.finish = Some(if eos { FinishReason::Stop } else { FinishReason::Length });
-                let tail = self.stream.finish();
-                let mut text = self.stops.push(&tail);
-                text.push_str(&self.stops.finish());
+                let text = self.out.end(if eos { FinishReason::Stop } else { FinishReason::Length });
                 return Ok(Some(text).filter(|t| !t.is_empty()));
             };
-            if llama.tokenizer.ends_generation(id) {
-                continue;
-            }
-            let piece = self.stream.push(&llama.tokenizer.decode_bytes(&[id])?);
-            let text = self.stops.push(&piece);
-            if self.stops.stopped() {
-                self.finish = Some(FinishReason::Stop);
-            }
+            let text = self.out.token(&llama.tokenizer, id)?;
             if !text.is_empty() {
                 return Ok(Some(text));
             }
@@ -172,7 +208,7 @@ impl Completion {
 
     /// Why it ended (`None` while it goes on).
     pub fn finish_reason(&self) -> Option<FinishReason> {
-        self.finish
+        self.out.finish_reason()
     }
 }
 

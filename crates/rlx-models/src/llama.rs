@@ -24,6 +24,7 @@ use rlx_ir::{AttentionMask, DType, Error, Graph, HostTensor, NodeId, Result, Una
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, ParamBuffer, Session};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The checks a file's tensors must pass against its hyper-parameters before anything
@@ -129,7 +130,8 @@ pub struct Llama {
     pub config: LlamaConfig,
     /// What the family's block computes.
     pub block: Block,
-    pub tokenizer: Tokenizer,
+    /// Shared, so that a server's request handlers can tokenize beside the running model.
+    pub tokenizer: Arc<Tokenizer>,
     gguf: Gguf,
     session: Session,
     compile_options: CompileOptions,
@@ -195,7 +197,7 @@ impl Llama {
 
     pub fn from_gguf(mut gguf: Gguf, options: &LlamaOptions) -> Result<Llama> {
         let (c, block) = arch::read(&gguf)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&gguf)?);
         check_blocks(&gguf, &c)?;
         // The vocabulary now lives in the tokenizer; the metadata copy (~8 MB of small
         // strings for a 49k vocabulary) goes.
