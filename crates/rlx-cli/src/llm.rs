@@ -578,3 +578,41 @@ fn run_llama_cpp(model: &Path, threads: &[usize]) -> Result<serde_json::Value> {
     }
     serde_json::from_slice(&out.stdout).map_err(|e| Error::parse(format!("llama.cpp benchmark output: {e}")))
 }
+
+/// `rlx bench serve`: this executable's `rlx serve` under concurrent clients, beside
+/// llama-server when asked.
+pub fn bench_serve(
+    model: Option<PathBuf>,
+    threads: &[usize],
+    llama_cpp: bool,
+    clients: Vec<usize>,
+    tokens: usize,
+    rounds: usize,
+) -> Result<()> {
+    let llama_server = if llama_cpp {
+        let path = std::env::var_os("LLAMA_SERVER").map(PathBuf::from).unwrap_or_else(|| {
+            rlx::models::models_dir().join("llama.cpp/build/bin/llama-server")
+        });
+        if !path.exists() {
+            return Err(Error::input(format!(
+                "{} not found: build it with tools/llm/build_llama_cpp.sh (or set LLAMA_SERVER)",
+                path.display()
+            )));
+        }
+        Some(path)
+    } else {
+        None
+    };
+    let rlx = std::env::current_exe().map_err(|e| Error::runtime(format!("cannot find this executable: {e}")))?;
+    // One thread count per run: the largest given (default: all cores).
+    let threads = threads.iter().copied().max();
+    rlx_serve::bench::run(&rlx_serve::bench::BenchOptions {
+        rlx,
+        model: model.unwrap_or_else(rlx::models::default_model_path),
+        clients: if clients.is_empty() { vec![1] } else { clients },
+        max_tokens: tokens.max(1),
+        rounds: rounds.max(1),
+        llama_server,
+        threads,
+    })
+}

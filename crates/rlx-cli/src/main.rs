@@ -290,7 +290,7 @@ enum Command {
     /// (`kernels`), or the LLM's tokens/s on the GPU (`llm`). `onnx MODEL.onnx --shape
     /// NAME=AxB`: latency against onnxruntime.
     Bench {
-        /// What to measure: `kernels`, `transformer`, `llm` or `onnx`.
+        /// What to measure: `kernels`, `transformer`, `llm`, `serve` or `onnx`.
         #[arg(default_value = "kernels")]
         what: String,
         /// The ONNX model for `onnx`.
@@ -307,9 +307,20 @@ enum Command {
         /// Thread counts for `llm`, comma-separated.
         #[arg(long, default_value = "1,2", value_delimiter = ',')]
         threads: Vec<usize>,
-        /// Also measure llama.cpp (llama-cpp-python, built once into a cached virtualenv).
+        /// Also measure llama.cpp: for `llm` llama-cpp-python (built once into a cached
+        /// virtualenv); for `serve` llama-server ($LLAMA_SERVER, or where
+        /// tools/llm/build_llama_cpp.sh builds it).
         #[arg(long)]
         llama_cpp: bool,
+        /// Concurrent clients for `serve`, comma-separated.
+        #[arg(long, default_value = "1,4,8", value_delimiter = ',')]
+        clients: Vec<usize>,
+        /// Tokens per request for `serve`.
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+        /// Requests per client at each load for `serve`.
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
         /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
         #[arg(long, default_value = "cpu")]
         device: String,
@@ -406,6 +417,9 @@ fn main() -> ExitCode {
         },
         Command::Bench { what, model, threads, llama_cpp, device, .. } if what == "llm" => {
             Device::from_name(&device).and_then(|d| llm::bench_llm(model.as_deref(), &threads, llama_cpp, d))
+        }
+        Command::Bench { what, model, threads, llama_cpp, clients, tokens, rounds, .. } if what == "serve" => {
+            llm::bench_serve(model, &threads, llama_cpp, clients, tokens, rounds)
         }
         Command::Bench { what, device, .. } if device == "gpu" => bench::bench_gpu(&what),
         Command::Bench { what, .. } => bench::bench(&what),

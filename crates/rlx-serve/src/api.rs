@@ -85,9 +85,10 @@ fn number(o: &Map<String, Value>, name: &str, default: f64, lo: f64, hi: f64) ->
 fn integer(o: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> {
     match field(o, name) {
         None => Ok(None),
-        Some(v) => match (v.as_i64(), v.as_u64()) {
+        Some(v) => match (v.as_i64(), v.as_f64()) {
             (Some(x), _) => Ok(Some(x)),
-            (None, Some(_)) => Err(ApiError::invalid(name, format!("'{name}' is too large: {v}"))),
+            // Integers past 64 bits arrive as floats.
+            (None, Some(x)) if x.fract() == 0.0 => Err(ApiError::invalid(name, format!("'{name}' is too large: {v}"))),
             _ => Err(ApiError::invalid(name, format!("'{name}' must be an integer, got {} ({v})", kind(v)))),
         },
     }

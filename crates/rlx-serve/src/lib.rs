@@ -17,6 +17,7 @@
 //! `POST /v1/chat/completions`.
 
 pub mod api;
+pub mod bench;
 pub mod engine;
 
 use api::{ApiError, Endpoint, Envelope};
