@@ -2,8 +2,9 @@
 # The Python package's tests: a virtualenv with crates/rlx-py/requirements-test.txt
 # (${RLX_MODELS:-~/.cache/rlx}/py-venv, reinstalled when the requirements change),
 # `pip install ./crates/rlx-py` (a release build of the extension through maturin), then
-# pytest over crates/rlx-py/tests. tools/test.sh runs it after the Rust suites, whose
-# debug `rlx` binary the LLM tests compare with. Extra arguments go to pytest.
+# pytest over crates/rlx-py/tests and crates/rlx-serve/tests (`rlx serve` driven by the
+# openai client). tools/test.sh runs it after the Rust suites, whose debug `rlx` binary
+# the LLM and server tests run. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v python3 >/dev/null || { echo "tools/test_python.sh needs python3 (>= 3.9) with venv" >&2; exit 1; }
@@ -28,4 +29,4 @@ fi
 start=$(date +%s)
 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./crates/rlx-py
 echo "tools/test_python.sh: wheel built and installed in $(( $(date +%s) - start )) s"
-"$venv/bin/python" -m pytest -q crates/rlx-py/tests "$@"
+"$venv/bin/python" -m pytest -q crates/rlx-py/tests crates/rlx-serve/tests "$@"

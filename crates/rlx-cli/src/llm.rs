@@ -590,9 +590,9 @@ pub fn bench_serve(
     rounds: usize,
 ) -> Result<()> {
     let llama_server = if llama_cpp {
-        let path = std::env::var_os("LLAMA_SERVER").map(PathBuf::from).unwrap_or_else(|| {
-            rlx::models::models_dir().join("llama.cpp/build/bin/llama-server")
-        });
+        let path = std::env::var_os("LLAMA_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| rlx::models::models_dir().join("llama.cpp/build/bin/llama-server"));
         if !path.exists() {
             return Err(Error::input(format!(
                 "{} not found: build it with tools/llm/build_llama_cpp.sh (or set LLAMA_SERVER)",

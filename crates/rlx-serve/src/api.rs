@@ -121,7 +121,8 @@ pub fn check_model(o: &Map<String, Value>, model_id: &str) -> Result<(), ApiErro
 /// Sampling, length, stop and stream fields; `max_tokens` may not exceed `context`.
 pub fn params(o: &Map<String, Value>, context: usize, chat: bool) -> Result<Params, ApiError> {
     // The chat endpoint's newer name for the same limit wins when both are given.
-    let limit_name = if chat && field(o, "max_completion_tokens").is_some() { "max_completion_tokens" } else { "max_tokens" };
+    let limit_name =
+        if chat && field(o, "max_completion_tokens").is_some() { "max_completion_tokens" } else { "max_tokens" };
     // OpenAI's defaults: 16 tokens for a completion; a chat answer runs to its end.
     let default_limit = if chat { context } else { 16 };
     let max_tokens = match integer(o, limit_name)? {
@@ -182,7 +183,9 @@ pub fn params(o: &Map<String, Value>, context: usize, chat: bool) -> Result<Para
                 })
                 .collect::<Result<_, _>>()?
         }
-        Some(v) => return Err(ApiError::invalid("stop", format!("'stop' must be a string or an array, got {}", kind(v)))),
+        Some(v) => {
+            return Err(ApiError::invalid("stop", format!("'stop' must be a string or an array, got {}", kind(v))));
+        }
     };
     if let Some(i) = stops.iter().position(String::is_empty) {
         return Err(ApiError::invalid("stop", format!("'stop'[{i}] is empty")));
@@ -214,7 +217,10 @@ pub fn prompt(o: &Map<String, Value>) -> Result<String, ApiError> {
         }
         Some(Value::Array(items)) => Err(ApiError::invalid(
             "prompt",
-            format!("'prompt' as an array must hold exactly one string (one choice per request), got {} items", items.len()),
+            format!(
+                "'prompt' as an array must hold exactly one string (one choice per request), got {} items",
+                items.len()
+            ),
         )),
         Some(v) => Err(ApiError::invalid("prompt", format!("'prompt' must be a string, got {}", kind(v)))),
         None => Err(ApiError::invalid("prompt", "'prompt' is required")),

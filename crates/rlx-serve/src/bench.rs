@@ -181,7 +181,10 @@ fn load(port: u16, clients: usize, rounds: usize, max_tokens: usize) -> Result<f
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("client panicked")))).sum::<Result<u64>>()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::internal("client panicked"))))
+            .sum::<Result<u64>>()
     })?;
     Ok(tokens as f64 / start.elapsed().as_secs_f64())
 }
@@ -192,7 +195,11 @@ pub fn run(o: &BenchOptions) -> Result<()> {
     let slots = o.clients.iter().copied().max().unwrap_or(1).max(1);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     println!(
         "rlx bench serve: {} on {cpu}, {} threads; {slots} slots x {CONTEXT} tokens; clients send {} requests each of {} tokens (greedy, /v1/completions)",

@@ -37,7 +37,11 @@ pub struct Job {
 pub enum Event {
     /// The next piece of text (never empty).
     Text(String),
-    Done { finish: FinishReason, prompt_tokens: usize, completion_tokens: usize },
+    Done {
+        finish: FinishReason,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+    },
     /// The model failed (an internal error: the request ends with a 500).
     Failed(String),
 }
@@ -93,9 +97,14 @@ impl Running {
 
     /// Sends `event`; a client that has gone ends the request.
     fn send(&mut self, event: Event) {
-        if self.job.events.send(event).is_err() {
-            self.ended = true;
+        if !self.ended && self.job.events.send(event).is_err() {
+            self.disconnected();
         }
+    }
+
+    fn disconnected(&mut self) {
+        self.log("client disconnected");
+        self.ended = true;
     }
 
     /// Samples the token that follows `logits` and streams its text; ends the request at
@@ -136,14 +145,18 @@ impl Running {
         }
         let finish = self.out.finish_reason().unwrap_or(reason);
         self.send(Event::Done { finish, prompt_tokens: self.job.prompt.len(), completion_tokens: self.generated });
-        self.log(finish.name());
-        self.ended = true;
+        if !self.ended {
+            self.log(finish.name());
+            self.ended = true;
+        }
     }
 
     fn fail(&mut self, message: String) {
         self.send(Event::Failed(message.clone()));
-        self.log(&format!("error: {message}"));
-        self.ended = true;
+        if !self.ended {
+            self.log(&format!("error: {message}"));
+            self.ended = true;
+        }
     }
 
     /// The request's log line.
@@ -242,16 +255,16 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
                 Err(e) => rows.iter().for_each(|&(i, _)| running[i].fail(e.to_string())),
             }
         }
+        for r in running.iter_mut().filter(|r| !r.ended && r.job.events.is_closed()) {
+            r.disconnected();
+        }
         running.retain(|r| {
-            let gone = r.ended || r.job.events.is_closed();
-            if gone {
-                if !r.ended {
-                    r.log("client disconnected");
-                }
+            if r.ended {
                 free.push(r.slot);
             }
-            !gone
+            !r.ended
         });
+        load.running.store(running.len(), Ordering::Relaxed);
         // Lowest slots first, so that few distinct slots stay in use.
         free.sort_unstable_by(|a, b| b.cmp(a));
     }

@@ -102,9 +102,10 @@ pub fn serve(options: &ServeOptions) -> Result<()> {
     };
     let mut llama = Llama::load(&options.model, &llama_options)?;
     llama.set_slots(options.parallel)?;
-    let model_id = options.alias.clone().unwrap_or_else(|| {
-        options.model.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned())
-    });
+    let model_id = options
+        .alias
+        .clone()
+        .unwrap_or_else(|| options.model.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned()));
     eprintln!(
         "rlx serve: {model_id}: {} slots x {} tokens of {} KV cache = {:.1} MiB, allocated once",
         llama.slots(),

@@ -54,8 +54,13 @@ class Server:
                 break
         else:
             raise RuntimeError("rlx serve exited: " + "".join(self.log))
-        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
         self.client = OpenAI(base_url=f"http://{self.host}:{self.port}/v1", api_key="none", max_retries=0)
+
+    def _drain(self):
+        # Line by line (list.extend would show nothing until the pipe closes).
+        for line in self.proc.stderr:
+            self.log.append(line)
 
     def post(self, path, body, raw=False):
         """Status and parsed JSON of a POST (`body` sent as is when `raw`)."""
@@ -236,7 +241,8 @@ def test_bad_requests_are_4xx_naming_the_field(server):
 
 def stream_socket(server, max_tokens):
     """A raw streaming request; returns the socket after the first chunk arrived."""
-    body = json.dumps({"prompt": "Tell me a long story about a dragon.", "max_tokens": max_tokens, "stream": True})
+    # Counting: a greedy answer that runs to max_tokens.
+    body = json.dumps({"prompt": "1, 2, 3, 4,", "max_tokens": max_tokens, "stream": True, "temperature": 0})
     s = socket.create_connection((server.host, server.port))
     s.sendall(
         (
