@@ -16,8 +16,7 @@ script is that implementation.  It uses only
 It mirrors the numerics RLX uses so that greedy generations can be compared token for
 token (not just "close"):
 
-  * Prefill (the whole prompt in one pass) uses plain f32 activations; in the Q8 runs, a
-    prompt of at most 48 tokens is quantized like a decode step (RLX's default path).
+  * Prefill (the whole prompt in one pass) uses plain f32 activations.
   * Each single-token decode step quantizes the activation row to llama.cpp-style Q8
     blocks (32 values, one f32 scale, round half away from zero) before EVERY weight
     matmul, then multiplies the dequantized row by the dequantized weights.
@@ -287,18 +286,11 @@ def stable_prefix(margins: list[float]) -> dict[str, int]:
     return out
 
 
-# RLX's default path also runs prompts up to this many tokens on Q8 activations
-# (rlx_models::Q8_PREFILL_TOKENS): the f32 path's fixed cost does not pay for them.
-Q8_PREFILL_TOKENS = 48
-
-
 def generate(m: Model, prompt_ids: list[int], n_new: int, q8_decode: bool):
-    """Prefill -> argmax, then n_new - 1 single-token decode steps. With `q8_decode` the
-    decode steps, and a prompt of at most Q8_PREFILL_TOKENS, use Q8 activations; longer
-    prompts are f32."""
+    """Prefill (f32) -> argmax, then n_new - 1 single-token decode steps (with Q8
+    activations when `q8_decode`)."""
     cache = KVCache(m)
-    q8_prefill = q8_decode and len(prompt_ids) <= Q8_PREFILL_TOKENS
-    prefill_logits = forward(m, prompt_ids, cache, q8=q8_prefill)
+    prefill_logits = forward(m, prompt_ids, cache, q8=False)
     tok, margin = top2_margin(prefill_logits)
     generated, margins = [tok], [margin]
     first_decode_logits = None

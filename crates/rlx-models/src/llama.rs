@@ -27,14 +27,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Prompts up to this many tokens run their matmuls on 8-bit activations, as decode does
-/// (and llama.cpp does for every prompt), when decode does: the f32 path decodes every
-/// weight of the model to f32 once per call (~240 ms for SmolLM2 135M, 2 cores), which
-/// a short prompt never earns back. SmolLM2 on 2 cores of an AMD EPYC (`rlx generate
-/// --json`, first run): 19 tokens 260 -> 120 ms; 48 tokens take 212 ms on 8 bits, 49 on
-/// f32 286 ms (~4 ms a token on 8 bits, ~190 ms + 2 ms a token on f32).
-pub const Q8_PREFILL_TOKENS: usize = 48;
-
 /// The checks a file's tensors must pass against its hyper-parameters before anything
 /// is built: no block past `llama.block_count` (a file with 30 blocks that says 29 would
 /// run 29 and print fluent nonsense), every expected tensor present (checked where each
@@ -331,14 +323,12 @@ impl Llama {
         self.pos
     }
 
-    /// Switches decode (and short prompts, see [`Q8_PREFILL_TOKENS`]) between 8-bit
-    /// activations (integer dots, the default) and f32.
+    /// Switches decode between 8-bit activations (integer dots, the default) and f32.
     pub fn set_q8_decode(&mut self, q8: bool) {
         if q8 != self.q8_decode {
             self.q8_decode = q8;
             self.decode = None;
             self.batch.clear();
-            self.prefill.clear();
         }
     }
 
@@ -652,8 +642,7 @@ impl Llama {
             if self.prefill.len() >= 4 {
                 self.prefill.clear();
             }
-            let q8 = self.q8_decode && n <= Q8_PREFILL_TOKENS;
-            let step = self.compile_step(StepShape::Sequence { n, first: n - 1 }, q8)?;
+            let step = self.compile_step(StepShape::Sequence { n, first: n - 1 }, false)?;
             self.prefill.insert(n, step);
         }
         Ok(())

@@ -195,3 +195,42 @@ fn results_are_bit_identical_across_thread_counts() {
         }
     }
 }
+
+/// A batched decode step's 8-bit matmul: each of `m` activation rows gets, bit for bit,
+/// what it gets alone (`m = 1`), whatever else is in the batch and however many threads
+/// share it (what makes a server's answers independent of its other requests). Odd
+/// widths and batch sizes cover the kernels' remainders (weight rows past a group, the
+/// last activation rows of a pass, an odd block count).
+#[test]
+fn each_row_of_a_q8_batch_equals_that_row_alone() {
+    let mut rng = Rng::new(12);
+    for scheme in
+        [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q5_0, QuantScheme::Q4K, QuantScheme::Q6K]
+    {
+        let k = if scheme.block_size() == 256 { 512 } else { 608 };
+        for n in [1, 3, 17, 1000] {
+            let w = random_weights(&mut rng, scheme, n, k);
+            for m in [2, 3, 5, 8, 9] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+                let run = |rows: usize, x: &[f32], threads: usize| {
+                    let plan = QuantMatMulPlan::new(&[rows, k], &[n, w.len() / n], scheme, true, threads);
+                    let mut out = vec![0f32; rows * n];
+                    rlx_cpu::threads::pool(threads)
+                        .unwrap()
+                        .install(|| dequant_matmul_into(&plan, Arm::best(), x, &w, &mut out))
+                        .unwrap();
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                let alone: Vec<u32> = x.chunks(k).flat_map(|row| run(1, row, 1)).collect();
+                for threads in [1, 2] {
+                    let batch = run(m, &x, threads);
+                    assert!(
+                        batch == alone,
+                        "{} n {n} m {m} threads {threads}: a row differs from its solo result",
+                        scheme.name()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -101,10 +101,7 @@ pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], o
 /// when the work is worth it. Chunks are whole columns, so every element is computed as
 /// on one thread.
 fn par_columns(p: &QuantMatMulPlan, out: &mut [f32], f: impl Fn(usize, usize, &mut [f32]) + Sync) {
-    let threads = crate::threads::current().min(p.threads);
-    // ~4 chunks per thread balance uneven cores; 16 columns keep each chunk a cache line
-    // of output.
-    let chunk = p.n.div_ceil(threads * 4).next_multiple_of(16).max(16);
+    let (threads, chunk) = column_chunks(p);
     if threads <= 1 || p.n * p.k < 1 << 16 {
         out.chunks_mut(p.n)
             .enumerate()
@@ -114,6 +111,39 @@ fn par_columns(p: &QuantMatMulPlan, out: &mut [f32], f: impl Fn(usize, usize, &m
     out.par_chunks_mut(p.n).enumerate().for_each(|(i, row)| {
         row.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| f(i, c * chunk, o));
     });
+}
+
+/// Threads and columns per chunk: ~4 chunks per thread balance uneven cores; 16 columns
+/// keep each chunk a cache line of output. (Chunk boundaries never change a result.)
+fn column_chunks(p: &QuantMatMulPlan) -> (usize, usize) {
+    let threads = crate::threads::current().min(p.threads);
+    (threads, p.n.div_ceil(threads * 4).next_multiple_of(16).max(16))
+}
+
+/// Runs `f(first_column, outs)` over the chunks of [`par_columns`], `outs[i]` the chunk's
+/// columns of output row `i`: every row of a chunk in one call.
+fn par_column_chunks(p: &QuantMatMulPlan, out: &mut [f32], f: impl Fn(usize, &mut [&mut [f32]]) + Sync) {
+    let (threads, chunk) = column_chunks(p);
+    struct Out(*mut f32);
+    // SAFETY: each chunk writes only its own columns of each row (below).
+    unsafe impl Sync for Out {}
+    let base = &Out(out.as_mut_ptr());
+    let (m, n) = (p.m, p.n);
+    let run = |c: usize| {
+        let j0 = c * chunk;
+        let len = chunk.min(n - j0);
+        // SAFETY: `out` holds m * n elements; columns j0..j0 + len of each row belong to
+        // chunk `c` alone, and the calls end before `out`'s borrow does.
+        let mut outs: Vec<&mut [f32]> =
+            (0..m).map(|i| unsafe { std::slice::from_raw_parts_mut(base.0.add(i * n + j0), len) }).collect();
+        f(j0, &mut outs);
+    };
+    let chunks = n.div_ceil(chunk);
+    if threads <= 1 || p.n * p.k < 1 << 16 {
+        (0..chunks).for_each(run);
+    } else {
+        (0..chunks).into_par_iter().for_each(run);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -216,20 +246,46 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
         }
         let (q, d, s, ds) = (&*q, &*d, &*s, &*ds);
         let rb = p.row_bytes();
-        par_columns(p, out, |i, j0, o| {
-            let row = Q8Row {
+        let rows: Vec<Q8Row> = (0..m)
+            .map(|i| Q8Row {
                 q: &q[i * k..][..k],
                 d: &d[i * nb..][..nb],
                 s: &s[i * nb..][..nb],
                 ds: &ds[2 * i * nb..][..2 * nb],
-            };
-            dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &row, o);
-        });
+            })
+            .collect();
+        match multi_dot_kernel(p.scheme, arm) {
+            Some(multi) if m > 1 => par_column_chunks(p, out, |j0, outs| {
+                multi(p.scheme, &w[j0 * rb..][..outs[0].len() * rb], &rows, outs);
+            }),
+            _ => par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o)),
+        }
     })
 }
 
 /// `out[j] = W[j] . a` for the `out.len()` weight rows in the bytes.
 type DotFn = fn(QuantScheme, &[u8], &Q8Row, &mut [f32]);
+
+/// `out[i][j] = W[j] . a[i]` for several q8 rows at once.
+type MultiDotFn = fn(QuantScheme, &[u8], &[Q8Row], &mut [&mut [f32]]);
+
+/// A kernel that unpacks each weight block once for several activation rows (a batched
+/// decode step), bit for bit `dot_kernel`'s results; where there is none, rows go one at
+/// a time. SmolLM2 batched decode, 8 rows, 2 threads (AMD EPYC): see docs/performance.md.
+fn multi_dot_kernel(scheme: QuantScheme, arm: Arm) -> Option<MultiDotFn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = features();
+        // The same condition as dot_kernel's VNNI arm (which fixes `ds_factor`).
+        let vnni = arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c;
+        if vnni && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0) {
+            // SAFETY: the features were just checked.
+            return Some(|s, w, a, o| unsafe { x86::dot_rows_vnni_multi_avx512(s, w, a, o) });
+        }
+    }
+    let _ = (scheme, arm);
+    None
+}
 
 /// The dot products of weight rows with a q8 row, for `scheme` on `arm`, and whether it
 /// is the VNNI arm (which biases Q8_0 weights, see `ds_factor`).
@@ -703,6 +759,111 @@ mod x86 {
             while r < out.len() {
                 rows_vnni::<1>(scheme, w.as_ptr().add(r * rb), rb, a, &mut out[r..r + 1]);
                 r += 1;
+            }
+        }
+    }
+
+    /// Weight rows per pass of [`dot_rows_vnni_multi_avx512`].
+    const MULTI_W: usize = 2;
+    /// Activation rows per pass of [`dot_rows_vnni_multi_avx512`]: 2 x 4 accumulators and
+    /// scalar-term lanes fit the 32 vector registers beside the unpacked weights.
+    const MULTI_A: usize = 4;
+
+    /// [`rows_vnni`] for `W` weight rows and `A` activation rows at once: each weight block
+    /// pair is unpacked (and its header converted) once for all `A` rows. Every (weight,
+    /// activation) sum runs through exactly the operations of `rows_vnni`, in its order,
+    /// so its bits are those of the one-row kernel.
+    #[inline(always)]
+    unsafe fn rows_vnni_multi<const W: usize, const A: usize>(
+        scheme: QuantScheme,
+        w: *const u8,
+        rb: usize,
+        acts: &[Q8Row],
+        out: &mut [&mut [f32]],
+        j: usize,
+    ) {
+        // SAFETY (whole body): as in `rows_vnni`; `acts` and `out` hold `A` rows.
+        unsafe {
+            let (bb, nb) = (scheme.block_bytes(), acts[0].d.len());
+            let pick = if scheme == QuantScheme::Q8_0 {
+                _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2)
+            } else {
+                _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
+            };
+            let mut acc = [[_mm512_setzero_ps(); A]; W];
+            let mut extra = [[_mm_setzero_ps(); A]; W];
+            let mut b = 0;
+            while b + 1 < nb {
+                let mut wz = [_mm512_setzero_si512(); W];
+                let mut hd = [_mm_setzero_ps(); W];
+                for r in 0..W {
+                    let pa = w.add(r * rb + b * bb);
+                    let pb = pa.add(bb);
+                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(PREFETCH_ROWS * rb) as *const i8);
+                    let (x0, x1) = pair_bytes_256(scheme, pa, pb);
+                    wz[r] = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+                    hd[r] = headers(scheme, pa, pb);
+                }
+                for i in 0..A {
+                    let az = _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i);
+                    let act = _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b));
+                    for r in 0..W {
+                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz[r], az);
+                        let prod = _mm_mul_ps(hd[r], act);
+                        extra[r][i] = _mm_add_ps(extra[r][i], prod);
+                        let scale = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(prod));
+                        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r][i]);
+                    }
+                }
+                b += 2;
+            }
+            for r in 0..W {
+                for i in 0..A {
+                    let mut sum = _mm512_reduce_add_ps(acc[r][i]) + odd_lanes(extra[r][i]);
+                    if b < nb {
+                        let row = std::slice::from_raw_parts(w.add(r * rb), rb);
+                        sum += block_term(scheme, &row[b * bb..][..bb], &acts[i], b, nb);
+                    }
+                    out[i][j + r] = sum;
+                }
+            }
+        }
+    }
+
+    /// `out[i][j] = W[j] . acts[i]` for the weight rows of `rb` bytes in `w` (`out[i]`
+    /// holds one value per weight row), AVX-512 VNNI: [`dot_rows_vnni_avx512`] for several
+    /// activation rows (a batched decode step), each weight block unpacked once for up to
+    /// `MULTI_A` of them. Bit for bit the one-row kernel's results.
+    ///
+    /// # Safety
+    /// As [`dot_rows_vnni_avx512`], for every row of `acts`; `out` has a slice per row of
+    /// `acts`, each of the same length.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_rows_vnni_multi_avx512(scheme: QuantScheme, w: &[u8], acts: &[Q8Row], out: &mut [&mut [f32]]) {
+        let n = out.first().map_or(0, |o| o.len());
+        let rb = w.len() / n.max(1);
+        // SAFETY: the rows lie in `w`; features as the caller guarantees.
+        unsafe {
+            for (acts, out) in acts.chunks(MULTI_A).zip(out.chunks_mut(MULTI_A)) {
+                macro_rules! pass {
+                    ($a:literal) => {{
+                        let mut j = 0;
+                        while j + MULTI_W <= n {
+                            rows_vnni_multi::<MULTI_W, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
+                            j += MULTI_W;
+                        }
+                        while j < n {
+                            rows_vnni_multi::<1, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
+                            j += 1;
+                        }
+                    }};
+                }
+                match acts.len() {
+                    4 => pass!(4),
+                    3 => pass!(3),
+                    2 => pass!(2),
+                    _ => pass!(1),
+                }
             }
         }
     }
