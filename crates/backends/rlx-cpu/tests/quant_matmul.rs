@@ -97,7 +97,8 @@ fn every_scheme_matches_the_f64_oracle() {
     for (i, s) in QuantScheme::ALL.into_iter().enumerate() {
         let bs = s.block_size().max(32);
         // Odd block counts exercise the pair kernels' tails; m <= 8 is the GEMV, m = 9 the
-        // tiled GEMM (or, with q8, that many quantized rows).
+        // direct tile product on AVX-512 and the tiled GEMM on the other arms (or, with
+        // q8, that many quantized rows).
         for (m, blocks, n) in [(1, 1, 1), (1, 3, 17), (5, 2, 3), (2, 19, 9), (9, 3, 5)] {
             let k = blocks * bs;
             for q8 in [false, true] {
@@ -112,6 +113,10 @@ fn long_rows_and_tiles_match_the_oracle() {
     // k = 1536 (SmolLM2's FFN), n past one GEMM tile (1024 rows).
     check(QuantScheme::Q4_1, 12, 1536, 1030, false, 1);
     check(QuantScheme::Q4_1, 7, 576, 130, false, 5);
+    // The direct tile product's widest case, past one tile and one chunk of weight rows,
+    // and the first row count that goes to the GEMM everywhere.
+    check(QuantScheme::Q4_1, 128, 576, 141, false, 13);
+    check(QuantScheme::Q8_0, 129, 576, 70, false, 14);
     check(QuantScheme::Q4_1, 1, 1536, 65, true, 2);
     check(QuantScheme::Q8_0, 1, 576, 33, true, 3);
     check(QuantScheme::Q4_0, 3, 576, 20, true, 4);

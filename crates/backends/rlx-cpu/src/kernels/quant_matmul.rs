@@ -1,6 +1,6 @@
 //! Matmul against block-quantized weights (semantics in `rlx_ir::ops::quant_matmul`).
 //!
-//! Three paths, by the op's flag and the number of activation rows `m`:
+//! Four paths, by the op's flag and the number of activation rows `m`:
 //! - **q8 activations** (decode): each activation row is quantized once to 8 bits per
 //!   block of 32, then every weight row is an integer dot product per block, scaled in
 //!   f32. Q4_0 / Q4_1 / Q8_0 have vector arms: AVX-512 VNNI (`vpdpbusd`, 64 weights per
@@ -8,7 +8,10 @@
 //!   decode each weight block to f32 and dot it with the quantized row.
 //! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
 //!   dotted with every row.
-//! - **tiled GEMM** (`m > 8`, f32 activations, prefill): up to `TILE_ROWS` weight rows
+//! - **direct tiles** (`8 < m <= 128`, f32 activations, AVX-512): `DOT_TILE` weight rows
+//!   decoded to f32 at a time and dotted with every activation row in register tiles,
+//!   nothing packed (a short prompt no longer pays the GEMM's packing of every weight).
+//! - **tiled GEMM** (larger `m`, f32 activations, prefill): up to `TILE_ROWS` weight rows
 //!   decoded to f32 at a time, then the packed f32 GEMM over all `m` rows, so each
 //!   decoded weight is used `m` times.
 //!
@@ -31,6 +34,16 @@ pub const Q8_BLOCK: usize = 32;
 /// registers for all rows (GEMV) rather than a tile for the GEMM: a 5-token prompt took
 /// 150 ms through tiles, as each call decoded every weight of the model to f32.
 const GEMV_ROWS: usize = 8;
+
+/// Activation rows up to which an f32 product decodes a few weight rows at a time and
+/// dots them with every activation row directly (both run along `k`: nothing to pack);
+/// more rows go through the packed GEMM, whose packing of every decoded weight costs the
+/// same for 9 rows as for 500. SmolLM2 prompts, 2 threads (AMD EPYC): see
+/// docs/performance.md.
+const DOT_ROWS: usize = 128;
+
+/// Weight rows decoded at a time by `dot_tiles` (k = 1536: 384 KiB of f32, in L2).
+const DOT_TILE: usize = 64;
 
 /// Weight rows decoded per GEMM tile (3 MiB of f32 at k = 1536). Measured on SmolLM2
 /// pp512, 1 / 2 threads: 256 rows 498 / 662 tok/s, 512 rows 509 / 761, 1024 rows 477 /
@@ -91,6 +104,8 @@ pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], o
         q8_matmul(p, arm, x, w, out);
     } else if p.m <= GEMV_ROWS {
         gemv_rows(p, arm, x, w, out);
+    } else if p.m <= DOT_ROWS && arm >= Arm::Avx512 {
+        dot_tiles(p, arm, x, w, out);
     } else {
         tiled_gemm(p, arm, x, w, out);
     }
@@ -868,6 +883,93 @@ mod x86 {
         }
     }
 
+    /// `out[j * m + i] = tile_j . x_i` for the decoded weight rows of `tile` and the `m`
+    /// rows of `x`, all `k` long: 4 weight rows x 4 activation rows at a time, 16 lanes
+    /// each (16 accumulators: every load feeds 4 FMAs), lanes summed in order at the end.
+    ///
+    /// # Safety
+    /// The host has AVX-512 F; `tile` holds whole rows of `k`, `x` `m` rows, `out`
+    /// `rows * m` values.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    pub unsafe fn dot_rows_avx512(k: usize, m: usize, tile: &[f32], x: &[f32], out: &mut [f32]) {
+        let rows = tile.len() / k;
+        assert!(x.len() >= m * k && out.len() >= rows * m);
+        let (t, xp) = (tile.as_ptr(), x.as_ptr());
+        let mut j = 0;
+        // SAFETY: every pointer below stays inside `tile` / `x` (checked sizes).
+        unsafe {
+            while j < rows {
+                let mut i = 0;
+                if j + 4 <= rows {
+                    while i + 4 <= m {
+                        pairs::<4, 4>(k, m, t, xp, j, i, out);
+                        i += 4;
+                    }
+                    while i < m {
+                        pairs::<4, 1>(k, m, t, xp, j, i, out);
+                        i += 1;
+                    }
+                    j += 4;
+                } else {
+                    while i + 4 <= m {
+                        pairs::<1, 4>(k, m, t, xp, j, i, out);
+                        i += 4;
+                    }
+                    while i < m {
+                        pairs::<1, 1>(k, m, t, xp, j, i, out);
+                        i += 1;
+                    }
+                    j += 1;
+                }
+            }
+        }
+    }
+
+    /// `out[(j + a) * m + i + b] = tile_(j + a) . x_(i + b)` for `a < J`, `b < I`.
+    // `a` and `b` are register-tile coordinates: indexing reads clearer than zipped iterators.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    unsafe fn pairs<const J: usize, const I: usize>(
+        k: usize,
+        m: usize,
+        t: *const f32,
+        x: *const f32,
+        j: usize,
+        i: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY (whole body): rows j..j + J of `t` and i..i + I of `x` exist (caller).
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); I]; J];
+            let whole = k / 16 * 16;
+            let mut c = 0;
+            while c < whole {
+                let mut wv = [_mm512_setzero_ps(); J];
+                for a in 0..J {
+                    wv[a] = _mm512_loadu_ps(t.add((j + a) * k + c));
+                }
+                for b in 0..I {
+                    let xv = _mm512_loadu_ps(x.add((i + b) * k + c));
+                    for a in 0..J {
+                        acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+                    }
+                }
+                c += 16;
+            }
+            for a in 0..J {
+                for b in 0..I {
+                    let mut lanes = [0f32; 16];
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), acc[a][b]);
+                    let mut sum: f32 = lanes.iter().sum();
+                    for c in whole..k {
+                        sum += *t.add((j + a) * k + c) * *x.add((i + b) * k + c);
+                    }
+                    out[(j + a) * m + i + b] = sum;
+                }
+            }
+        }
+    }
+
     /// AVX2, `R` rows at once: a block pair as two `vpmaddubsw` (16-bit sums) and
     /// `vpmaddwd` to 32 bits.
     #[inline(always)]
@@ -1110,6 +1212,50 @@ multiversion! {
         }
         let _ = k;
     }
+}
+
+/// The f32 product for `GEMV_ROWS < m <= DOT_ROWS` activation rows on AVX-512 (other
+/// hosts take the tiled GEMM): weight rows split
+/// across threads as in `gemv_rows`; each task decodes `DOT_TILE` of its rows at a time
+/// and dots them with every activation row; results gathered `[n, m]`, then transposed.
+fn dot_tiles(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    let (m, k, n, rb) = (p.m, p.k, p.n, p.row_bytes());
+    let threads = crate::threads::current().min(p.threads);
+    let chunk = n.div_ceil(threads * 4).next_multiple_of(16).max(16);
+    let chunks = n.div_ceil(chunk);
+    let tile = DOT_TILE * k;
+    crate::threads::with_scratch::<f32, _>(n * m + chunks * tile, |scratch| {
+        let (tmp, tiles) = scratch.split_at_mut(n * m);
+        let task = |c: usize, o: &mut [f32], buf: &mut [f32]| {
+            let rows = o.len() / m;
+            let w = &w[c * chunk * rb..][..rows * rb];
+            for (t, ws) in w.chunks(DOT_TILE * rb).enumerate() {
+                let decoded = &mut buf[..ws.len() / rb * k];
+                decode_rows(arm, p.scheme, k, ws, decoded);
+                let o = &mut o[t * DOT_TILE * m..][..decoded.len() / k * m];
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: the caller checked `arm >= Avx512` (capped at what the host has).
+                unsafe {
+                    x86::dot_rows_avx512(k, m, decoded, x, o)
+                };
+                #[cfg(not(target_arch = "x86_64"))]
+                unreachable!("dot_tiles runs on AVX-512 only");
+            }
+        };
+        if threads > 1 && n * k >= 1 << 16 {
+            tmp.par_chunks_mut(chunk * m)
+                .zip(tiles.par_chunks_mut(tile))
+                .enumerate()
+                .for_each(|(c, (o, b))| task(c, o, b));
+        } else {
+            tmp.chunks_mut(chunk * m).zip(tiles.chunks_mut(tile)).enumerate().for_each(|(c, (o, b))| task(c, o, b));
+        }
+        for (j, col) in tmp.chunks_exact(m).enumerate() {
+            for (i, &v) in col.iter().enumerate() {
+                out[i * n + j] = v;
+            }
+        }
+    })
 }
 
 /// `dequantize(w)`: the rows decoded to f32 (split across threads by rows: any split gives
