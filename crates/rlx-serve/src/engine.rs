@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Prompt tokens prefilled per pass between two decode steps: a longer prompt goes in
-/// pieces of this size, so running streams pause for one piece at a time (~0.4 s on
+/// pieces of this size, so running streams pause for one piece at a time (~0.5 s on
 /// SmolLM2 135M, 2 cores), not for the whole prompt. A prompt up to this long is one
 /// pass, exactly as `rlx generate` prefills it.
 pub const PREFILL_CHUNK: usize = 256;
