@@ -233,13 +233,15 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
                 Err(e) => r.fail(e.to_string()),
             }
         }
-        // One decode step for every request with a token to run.
-        let rows: Vec<(usize, BatchRow)> = running
+        // One decode step for every request with a token to run, in slot order (the
+        // batch's own order: its logits come back without a reordering copy).
+        let mut rows: Vec<(usize, BatchRow)> = running
             .iter()
             .enumerate()
             .filter(|(_, r)| !r.ended && !r.job.events.is_closed())
             .filter_map(|(i, r)| r.pending.map(|token| (i, BatchRow { slot: r.slot, pos: r.pos, token })))
             .collect();
+        rows.sort_unstable_by_key(|(_, row)| row.slot);
         if !rows.is_empty() {
             let batch: Vec<BatchRow> = rows.iter().map(|&(_, row)| row).collect();
             match llama.decode_batch(&batch) {

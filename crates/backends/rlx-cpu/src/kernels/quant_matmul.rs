@@ -704,92 +704,14 @@ mod x86 {
     /// SmolLM2 decode (one thread: no prefetch 65 tok/s, 4 rows 104, 12 rows 110, 24 rows 99).
     const PREFETCH_ROWS: usize = 12;
 
-    /// AVX-512 VNNI, `R` weight rows at once (one activation load feeds all of them, and
-    /// `R` accumulators hide the FMA latency): two blocks (64 weights) per `vpdpbusd`.
+    /// AVX-512 VNNI, `W` weight rows times `A` activation rows at once: two blocks (64
+    /// weights) per `vpdpbusd`. Each weight block pair is unpacked (and its header
+    /// converted) once for all `A` rows, and each activation load feeds all `W` weight
+    /// rows, whose `W` accumulators hide the FMA latency. Every (weight, activation) sum
+    /// runs through the same operations in the same order whatever `W` and `A` are, so a
+    /// batched decode step's rows get the bits of a one-row call.
     #[inline(always)]
-    unsafe fn rows_vnni<const R: usize>(scheme: QuantScheme, w: *const u8, rb: usize, a: &Q8Row, out: &mut [f32]) {
-        // SAFETY (whole body): every pointer stays inside `R` rows of `rb` bytes from `w`
-        // (whole blocks) or inside `a.q` / `a.ds` (pairs of blocks); the caller has the
-        // features.
-        unsafe {
-            let (bb, nb) = (scheme.block_bytes(), a.d.len());
-            // i32 lanes of a block pair: NibblePairs puts block a in lanes 0-3 and 8-11,
-            // block b in 4-7 and 12-15; Natural (Q8_0) a in 0-7, b in 8-15. Scales come
-            // from lanes 0 (a) and 2 (b) of the header product.
-            let pick = if scheme == QuantScheme::Q8_0 {
-                _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2)
-            } else {
-                _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
-            };
-            let mut acc = [_mm512_setzero_ps(); R];
-            let mut extra = [_mm_setzero_ps(); R];
-            let mut b = 0;
-            while b + 1 < nb {
-                let az = _mm512_loadu_si512(a.q.as_ptr().add(b * 32) as *const __m512i);
-                let act = _mm_loadu_ps(a.ds.as_ptr().add(2 * b));
-                for r in 0..R {
-                    let pa = w.add(r * rb + b * bb);
-                    let pb = pa.add(bb);
-                    // Rows are short (360 bytes at k = 576): too short for the hardware
-                    // prefetcher to ramp up per row, so fetch the same spot PREFETCH_ROWS
-                    // rows ahead (past the end of the weights it is a harmless hint).
-                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(PREFETCH_ROWS * rb) as *const i8);
-                    let (x0, x1) = pair_bytes_256(scheme, pa, pb);
-                    let wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-                    let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az);
-                    let prod = _mm_mul_ps(headers(scheme, pa, pb), act);
-                    extra[r] = _mm_add_ps(extra[r], prod);
-                    let scale = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(prod));
-                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r]);
-                }
-                b += 2;
-            }
-            for r in 0..R {
-                let mut sum = _mm512_reduce_add_ps(acc[r]) + odd_lanes(extra[r]);
-                if b < nb {
-                    let row = std::slice::from_raw_parts(w.add(r * rb), rb);
-                    sum += block_term(scheme, &row[b * bb..][..bb], a, b, nb);
-                }
-                out[r] = sum;
-            }
-        }
-    }
-
-    /// `out[j] = W[j] . a` for the `out.len()` rows of `rb` bytes in `w`, AVX-512 VNNI.
-    ///
-    /// # Safety
-    /// The host has AVX-512 F/BW/VL/DQ, VNNI, AVX2, FMA and F16C; `w` holds `out.len()`
-    /// rows of `a.d.len()` blocks of `scheme` (Q4_0, Q4_1 or Q8_0); `a.ds` was built for
-    /// this arm (`ds_terms(scheme, true)`).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn dot_rows_vnni_avx512(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
-        let rb = w.len() / out.len().max(1);
-        let mut r = 0;
-        // SAFETY: the rows lie in `w`; features as the caller guarantees.
-        unsafe {
-            while r + 4 <= out.len() {
-                rows_vnni::<4>(scheme, w.as_ptr().add(r * rb), rb, a, &mut out[r..r + 4]);
-                r += 4;
-            }
-            while r < out.len() {
-                rows_vnni::<1>(scheme, w.as_ptr().add(r * rb), rb, a, &mut out[r..r + 1]);
-                r += 1;
-            }
-        }
-    }
-
-    /// Weight rows per pass of [`dot_rows_vnni_multi_avx512`].
-    const MULTI_W: usize = 2;
-    /// Activation rows per pass of [`dot_rows_vnni_multi_avx512`]: 2 x 4 accumulators and
-    /// scalar-term lanes fit the 32 vector registers beside the unpacked weights.
-    const MULTI_A: usize = 4;
-
-    /// [`rows_vnni`] for `W` weight rows and `A` activation rows at once: each weight block
-    /// pair is unpacked (and its header converted) once for all `A` rows. Every (weight,
-    /// activation) sum runs through exactly the operations of `rows_vnni`, in its order,
-    /// so its bits are those of the one-row kernel.
-    #[inline(always)]
-    unsafe fn rows_vnni_multi<const W: usize, const A: usize>(
+    unsafe fn rows_vnni<const W: usize, const A: usize>(
         scheme: QuantScheme,
         w: *const u8,
         rb: usize,
@@ -797,9 +719,14 @@ mod x86 {
         out: &mut [&mut [f32]],
         j: usize,
     ) {
-        // SAFETY (whole body): as in `rows_vnni`; `acts` and `out` hold `A` rows.
+        // SAFETY (whole body): every pointer stays inside `W` rows of `rb` bytes from `w`
+        // (whole blocks) or inside the `A` rows' `q` / `ds` (pairs of blocks); `out` has
+        // `A` rows of at least `j + W` values; the caller has the features.
         unsafe {
             let (bb, nb) = (scheme.block_bytes(), acts[0].d.len());
+            // i32 lanes of a block pair: NibblePairs puts block a in lanes 0-3 and 8-11,
+            // block b in 4-7 and 12-15; Natural (Q8_0) a in 0-7, b in 8-15. Scales come
+            // from lanes 0 (a) and 2 (b) of the header product.
             let pick = if scheme == QuantScheme::Q8_0 {
                 _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2)
             } else {
@@ -809,22 +736,22 @@ mod x86 {
             let mut extra = [[_mm_setzero_ps(); A]; W];
             let mut b = 0;
             while b + 1 < nb {
-                let mut wz = [_mm512_setzero_si512(); W];
-                let mut hd = [_mm_setzero_ps(); W];
+                let az: [__m512i; A] =
+                    std::array::from_fn(|i| _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i));
+                let act: [__m128; A] = std::array::from_fn(|i| _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b)));
                 for r in 0..W {
                     let pa = w.add(r * rb + b * bb);
                     let pb = pa.add(bb);
+                    // Rows are short (360 bytes at k = 576): too short for the hardware
+                    // prefetcher to ramp up per row, so fetch the same spot PREFETCH_ROWS
+                    // rows ahead (past the end of the weights it is a harmless hint).
                     _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(PREFETCH_ROWS * rb) as *const i8);
                     let (x0, x1) = pair_bytes_256(scheme, pa, pb);
-                    wz[r] = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-                    hd[r] = headers(scheme, pa, pb);
-                }
-                for i in 0..A {
-                    let az = _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i);
-                    let act = _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b));
-                    for r in 0..W {
-                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz[r], az);
-                        let prod = _mm_mul_ps(hd[r], act);
+                    let wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+                    let header = headers(scheme, pa, pb);
+                    for i in 0..A {
+                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az[i]);
+                        let prod = _mm_mul_ps(header, act[i]);
                         extra[r][i] = _mm_add_ps(extra[r][i], prod);
                         let scale = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(prod));
                         acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r][i]);
@@ -845,6 +772,36 @@ mod x86 {
         }
     }
 
+    /// `out[j] = W[j] . a` for the `out.len()` rows of `rb` bytes in `w`, AVX-512 VNNI.
+    ///
+    /// # Safety
+    /// The host has AVX-512 F/BW/VL/DQ, VNNI, AVX2, FMA and F16C; `w` holds `out.len()`
+    /// rows of `a.d.len()` blocks of `scheme` (Q4_0, Q4_1 or Q8_0); `a.ds` was built for
+    /// this arm (`ds_terms(scheme, true)`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_rows_vnni_avx512(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
+        let (n, rb) = (out.len(), w.len() / out.len().max(1));
+        let (acts, outs) = (std::slice::from_ref(a), &mut [out]);
+        let mut j = 0;
+        // SAFETY: the rows lie in `w`; features as the caller guarantees.
+        unsafe {
+            while j + 4 <= n {
+                rows_vnni::<4, 1>(scheme, w.as_ptr().add(j * rb), rb, acts, outs, j);
+                j += 4;
+            }
+            while j < n {
+                rows_vnni::<1, 1>(scheme, w.as_ptr().add(j * rb), rb, acts, outs, j);
+                j += 1;
+            }
+        }
+    }
+
+    /// Weight rows per pass of [`dot_rows_vnni_multi_avx512`].
+    const MULTI_W: usize = 2;
+    /// Activation rows per pass of [`dot_rows_vnni_multi_avx512`]: 2 x 4 accumulators and
+    /// scalar-term lanes fit the 32 vector registers beside the activation blocks.
+    const MULTI_A: usize = 4;
+
     /// `out[i][j] = W[j] . acts[i]` for the weight rows of `rb` bytes in `w` (`out[i]`
     /// holds one value per weight row), AVX-512 VNNI: [`dot_rows_vnni_avx512`] for several
     /// activation rows (a batched decode step), each weight block unpacked once for up to
@@ -864,11 +821,11 @@ mod x86 {
                     ($a:literal) => {{
                         let mut j = 0;
                         while j + MULTI_W <= n {
-                            rows_vnni_multi::<MULTI_W, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
+                            rows_vnni::<MULTI_W, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
                             j += MULTI_W;
                         }
                         while j < n {
-                            rows_vnni_multi::<1, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
+                            rows_vnni::<1, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
                             j += 1;
                         }
                     }};
@@ -898,29 +855,23 @@ mod x86 {
         let mut j = 0;
         // SAFETY: every pointer below stays inside `tile` / `x` (checked sizes).
         unsafe {
+            // `J` weight rows against every activation row, 4 at a time.
+            macro_rules! rows {
+                ($j:literal) => {{
+                    let mut i = 0;
+                    while i + 4 <= m {
+                        pairs::<$j, 4>(k, m, t, xp, j, i, out);
+                        i += 4;
+                    }
+                    while i < m {
+                        pairs::<$j, 1>(k, m, t, xp, j, i, out);
+                        i += 1;
+                    }
+                    j += $j;
+                }};
+            }
             while j < rows {
-                let mut i = 0;
-                if j + 4 <= rows {
-                    while i + 4 <= m {
-                        pairs::<4, 4>(k, m, t, xp, j, i, out);
-                        i += 4;
-                    }
-                    while i < m {
-                        pairs::<4, 1>(k, m, t, xp, j, i, out);
-                        i += 1;
-                    }
-                    j += 4;
-                } else {
-                    while i + 4 <= m {
-                        pairs::<1, 4>(k, m, t, xp, j, i, out);
-                        i += 4;
-                    }
-                    while i < m {
-                        pairs::<1, 1>(k, m, t, xp, j, i, out);
-                        i += 1;
-                    }
-                    j += 1;
-                }
+                if j + 4 <= rows { rows!(4) } else { rows!(1) }
             }
         }
     }
@@ -1173,31 +1124,42 @@ fn decode_block(scheme: QuantScheme, wb: &[u8], out: &mut [f32]) {
     }
 }
 
-/// The f32 product for up to `GEMV_ROWS` activation rows: weight rows split across
-/// threads, results gathered `[n, m]` then transposed to `[m, n]`.
+/// The f32 product for up to `GEMV_ROWS` activation rows.
 fn gemv_rows(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
-    let (m, n, rb) = (p.m, p.n, p.row_bytes());
-    let threads = crate::threads::current().min(p.threads);
-    let chunk = n.div_ceil(threads * 4).next_multiple_of(16).max(16);
-    let run = |tmp: &mut [f32]| {
-        let task = |c: usize, o: &mut [f32]| {
-            let rows = o.len() / m;
-            gemv_f32(arm, p.scheme, p.k, m, &w[c * chunk * rb..][..rows * rb], x, o)
-        };
+    let (m, rb) = (p.m, p.row_bytes());
+    by_weight_rows(p, out, 0, |first, o, _| {
+        gemv_f32(arm, p.scheme, p.k, m, &w[first * rb..][..o.len() / m * rb], x, o)
+    });
+}
+
+/// Splits the weight rows across threads in chunks (as `par_columns` splits columns):
+/// `task(first_row, o, scratch)` computes `o = [rows, m]` for the chunk's weight rows,
+/// with `per_task` floats of scratch of its own. The gathered `[n, m]` is then transposed
+/// into `out` `[m, n]` (for `m = 1` the tasks write `out` itself).
+fn by_weight_rows(
+    p: &QuantMatMulPlan,
+    out: &mut [f32],
+    per_task: usize,
+    task: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) {
+    let (m, n) = (p.m, p.n);
+    let (threads, chunk) = column_chunks(p);
+    let per_task = per_task.max(1);
+    let gathered = if m == 1 { 0 } else { n * m };
+    crate::threads::with_scratch::<f32, _>(gathered + n.div_ceil(chunk) * per_task, |scratch| {
+        let (tmp, own) = scratch.split_at_mut(gathered);
+        let results: &mut [f32] = if m == 1 { &mut *out } else { tmp };
+        let run = |(c, (o, s)): (usize, (&mut [f32], &mut [f32]))| task(c * chunk, o, s);
         if threads > 1 && n * p.k >= 1 << 16 {
-            tmp.par_chunks_mut(chunk * m).enumerate().for_each(|(c, o)| task(c, o));
+            results.par_chunks_mut(chunk * m).zip(own.par_chunks_mut(per_task)).enumerate().for_each(run);
         } else {
-            tmp.chunks_mut(chunk * m).enumerate().for_each(|(c, o)| task(c, o));
+            results.chunks_mut(chunk * m).zip(own.chunks_mut(per_task)).enumerate().for_each(run);
         }
-    };
-    if m == 1 {
-        return run(out);
-    }
-    crate::threads::with_scratch::<f32, _>(n * m, |tmp| {
-        run(tmp);
-        for (j, col) in tmp.chunks_exact(m).enumerate() {
-            for (i, &v) in col.iter().enumerate() {
-                out[i * n + j] = v;
+        if m > 1 {
+            for (j, col) in tmp.chunks_exact(m).enumerate() {
+                for (i, &v) in col.iter().enumerate() {
+                    out[i * n + j] = v;
+                }
             }
         }
     })
@@ -1215,47 +1177,25 @@ multiversion! {
 }
 
 /// The f32 product for `GEMV_ROWS < m <= DOT_ROWS` activation rows on AVX-512 (other
-/// hosts take the tiled GEMM): weight rows split
-/// across threads as in `gemv_rows`; each task decodes `DOT_TILE` of its rows at a time
-/// and dots them with every activation row; results gathered `[n, m]`, then transposed.
+/// hosts take the tiled GEMM): each task decodes `DOT_TILE` of its weight rows at a time
+/// and dots them with every activation row.
 fn dot_tiles(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
-    let (m, k, n, rb) = (p.m, p.k, p.n, p.row_bytes());
-    let threads = crate::threads::current().min(p.threads);
-    let chunk = n.div_ceil(threads * 4).next_multiple_of(16).max(16);
-    let chunks = n.div_ceil(chunk);
-    let tile = DOT_TILE * k;
-    crate::threads::with_scratch::<f32, _>(n * m + chunks * tile, |scratch| {
-        let (tmp, tiles) = scratch.split_at_mut(n * m);
-        let task = |c: usize, o: &mut [f32], buf: &mut [f32]| {
-            let rows = o.len() / m;
-            let w = &w[c * chunk * rb..][..rows * rb];
-            for (t, ws) in w.chunks(DOT_TILE * rb).enumerate() {
-                let decoded = &mut buf[..ws.len() / rb * k];
-                decode_rows(arm, p.scheme, k, ws, decoded);
-                let o = &mut o[t * DOT_TILE * m..][..decoded.len() / k * m];
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: the caller checked `arm >= Avx512` (capped at what the host has).
-                unsafe {
-                    x86::dot_rows_avx512(k, m, decoded, x, o)
-                };
-                #[cfg(not(target_arch = "x86_64"))]
-                unreachable!("dot_tiles runs on AVX-512 only");
-            }
-        };
-        if threads > 1 && n * k >= 1 << 16 {
-            tmp.par_chunks_mut(chunk * m)
-                .zip(tiles.par_chunks_mut(tile))
-                .enumerate()
-                .for_each(|(c, (o, b))| task(c, o, b));
-        } else {
-            tmp.chunks_mut(chunk * m).zip(tiles.chunks_mut(tile)).enumerate().for_each(|(c, (o, b))| task(c, o, b));
+    let (m, k, rb) = (p.m, p.k, p.row_bytes());
+    by_weight_rows(p, out, DOT_TILE * k, |first, o, buf| {
+        let w = &w[first * rb..][..o.len() / m * rb];
+        for (t, ws) in w.chunks(DOT_TILE * rb).enumerate() {
+            let decoded = &mut buf[..ws.len() / rb * k];
+            decode_rows(arm, p.scheme, k, ws, decoded);
+            let o = &mut o[t * DOT_TILE * m..][..decoded.len() / k * m];
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller checked `arm >= Avx512` (capped at what the host has).
+            unsafe {
+                x86::dot_rows_avx512(k, m, decoded, x, o)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            unreachable!("dot_tiles runs on AVX-512 only");
         }
-        for (j, col) in tmp.chunks_exact(m).enumerate() {
-            for (i, &v) in col.iter().enumerate() {
-                out[i * n + j] = v;
-            }
-        }
-    })
+    });
 }
 
 /// `dequantize(w)`: the rows decoded to f32 (split across threads by rows: any split gives
