@@ -602,3 +602,28 @@ fn huge_graphs_print_true_totals_and_are_refused_cleanly() {
         );
     }
 }
+
+/// `rlx serve`'s bad flags fail at once, naming the flag or the file, before any
+/// port is bound; `rlx bench serve --llama-cpp` without llama-server says how to build it.
+#[test]
+fn serve_rejects_bad_flags() {
+    let err = |args: &[&str]| {
+        let o = rlx(args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        stderr(&o)
+    };
+    assert!(err(&["serve", "--parallel", "0"]).contains("--parallel must be at least 1"));
+    assert!(err(&["serve", "--cache-type", "f8"]).contains("--cache-type 'f8'"));
+    assert!(err(&["serve", "-m", "/nonexistent/model.gguf"]).contains("/nonexistent/model.gguf"));
+    assert!(err(&["serve", "--port", "70000"]).contains("70000"));
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["bench", "serve", "--llama-cpp"])
+        .env("LLAMA_SERVER", "/nonexistent/llama-server")
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("build_llama_cpp.sh"), "{}", stderr(&o));
+    // A host that is no address: the model loads, then listening fails with the address.
+    let Some(model) = model() else { return };
+    let e = err(&["serve", "-m", model.to_str().unwrap(), "--host", "999.1.1.1", "--port", "0"]);
+    assert!(e.contains("cannot listen on 999.1.1.1:0"), "{e}");
+}
