@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's command-line tools (llama-cli, llama-bench, llama-perplexity,
-# llama-quantize, llama-tokenize, llama-server) from the source vendored in the
+# llama-quantize, llama-tokenize, llama-server, llama-embedding) from the source vendored in the
 # llama_cpp_python sdist on PyPI, for this machine's CPU, and prints their folder.
 # Used only to make fixtures and to measure against; tests never need it.
 #   cache: ${RLX_MODELS:-~/.cache/rlx}/llama.cpp  (~10 minutes on 2 cores the first time)
@@ -8,8 +8,9 @@ set -euo pipefail
 cache="${RLX_MODELS:-$HOME/.cache/rlx}"
 root="$cache/llama.cpp"
 bin="$root/build/bin"
-tools=(llama-cli llama-bench llama-perplexity llama-quantize llama-tokenize llama-server)
-if [ ! -x "$bin/llama-tokenize" ] || [ ! -x "$bin/llama-perplexity" ] || [ ! -x "$bin/llama-server" ]; then
+tools=(llama-cli llama-bench llama-perplexity llama-quantize llama-tokenize llama-server llama-embedding)
+if [ ! -x "$bin/llama-tokenize" ] || [ ! -x "$bin/llama-perplexity" ] || [ ! -x "$bin/llama-server" ] \
+    || [ ! -x "$bin/llama-embedding" ]; then
     mkdir -p "$root"
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT

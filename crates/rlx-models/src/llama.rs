@@ -146,10 +146,10 @@ pub struct Llama {
     slots: Vec<Vec<(ParamBuffer, ParamBuffer)>>,
     embedding: (TensorInfo, WeightInfo),
     output_name: String,
-    prefill: HashMap<usize, Step>,
+    /// Graphs of one sequence's `n` tokens (prompts, scoring, hidden states), a few
+    /// shapes at a time (chat turns and embedding inputs differ in length).
+    sequences: HashMap<StepShape, Step>,
     decode: Option<Step>,
-    /// The graph [`Llama::score`] last ran, by (tokens, first logit).
-    scoring: Option<((usize, usize), Step)>,
     /// Batched decode graphs ([`Llama::decode_batch`]) by rows.
     batch: HashMap<usize, Step>,
     /// Tokens in slot 0's cache.
@@ -288,9 +288,8 @@ impl Llama {
             slots: vec![slot],
             embedding: (embd, embd_info),
             output_name: output_name.to_string(),
-            prefill: HashMap::new(),
+            sequences: HashMap::new(),
             decode: None,
-            scoring: None,
             batch: HashMap::new(),
             pos: 0,
             compile_seconds: 0.0,
@@ -357,7 +356,13 @@ impl Llama {
     /// [`Llama::build_graph`] with the logits of every position from `first` on
     /// (`[1, n - first, vocab]`): what scoring a text (perplexity) needs.
     pub fn build_graph_scoring(&self, n: usize, q8: bool, first: usize) -> Result<Graph> {
-        self.build(StepShape::Sequence { n, first }, q8)
+        self.build(StepShape::Sequence { n, first, hidden: false }, q8)
+    }
+
+    /// The graph of `n` tokens whose output is the last hidden state of each, after the
+    /// final norm (what the output head reads), `[1, n, d_model]`: what embeddings pool.
+    pub fn build_graph_hidden(&self, n: usize) -> Result<Graph> {
+        self.build(StepShape::Sequence { n, first: 0, hidden: true }, false)
     }
 
     /// The graph of one decode step for `rows` sequences at once: input `x` (`[1, rows,
@@ -375,9 +380,9 @@ impl Llama {
     }
 
     fn build(&self, shape: StepShape, q8: bool) -> Result<Graph> {
-        let (n, first) = match shape {
-            StepShape::Sequence { n, first } => (n, first),
-            StepShape::Batch { rows } => (rows, 0),
+        let (n, first, hidden) = match shape {
+            StepShape::Sequence { n, first, hidden } => (n, first, hidden),
+            StepShape::Batch { rows } => (rows, 0, false),
         };
         if first >= n {
             return Err(Error::input(format!("logits from position {first} of a step of {n} tokens")));
@@ -487,8 +492,8 @@ impl Llama {
         }
         let last = if first > 0 { g.narrow(x, 1, first, n - first)? } else { x };
         let xn = norm(&mut g, last, "output_norm.weight")?;
-        let logits = proj(&mut g, xn, &self.output_name)?;
-        g.set_outputs(&[logits])?;
+        let out = if hidden { xn } else { proj(&mut g, xn, &self.output_name)? };
+        g.set_outputs(&[out])?;
         Ok(g)
     }
 
@@ -503,11 +508,13 @@ impl Llama {
         let start = Instant::now();
         let graph = self.build(shape, q8)?;
         let mut compiled = self.session.compile_with(&graph, &self.compile_options)?;
-        for (name, (_, buffer)) in &self.weights {
-            compiled.bind_param(name, buffer)?;
-        }
-        for (name, buffer) in &self.norms {
-            compiled.bind_param(name, buffer)?;
+        // Every param but the caches (a hidden-state graph has no output head).
+        let names: Vec<String> = compiled.params().iter().map(|p| p.name.clone()).collect();
+        for name in names.iter().filter(|n| !n.starts_with("cache_")) {
+            match (self.weights.get(name), self.norms.get(name)) {
+                (Some((_, buffer)), _) | (None, Some(buffer)) => compiled.bind_param(name, buffer)?,
+                (None, None) => return Err(Error::internal(format!("no weight for the graph's param '{name}'"))),
+            }
         }
         self.compile_seconds += start.elapsed().as_secs_f64();
         Ok(Step { compiled, shape, bound: Vec::new() })
@@ -562,26 +569,20 @@ impl Llama {
                 self.prepare_decode()?;
                 self.decode.take().expect("compiled by prepare_decode")
             }
-            StepKind::Prefill => {
-                self.prepare_prefill(n)?;
-                self.prefill.remove(&n).expect("compiled by prepare_prefill")
-            }
-            StepKind::Score { first } => {
+            StepKind::Sequence { first, hidden } => {
                 if first >= n {
-                    return Err(Error::input(format!("score: logits from index {first} of {n} tokens")));
+                    return Err(Error::input(format!("outputs from index {first} of {n} tokens")));
                 }
-                match self.scoring.take() {
-                    Some((key, step)) if key == (n, first) => step,
-                    _ => self.compile_step(StepShape::Sequence { n, first }, false)?,
-                }
+                let shape = StepShape::Sequence { n, first, hidden };
+                self.prepare_sequence(shape)?;
+                self.sequences.remove(&shape).expect("compiled by prepare_sequence")
             }
         };
         let run =
             self.bind_slots(&mut step, &[slot]).and_then(|()| step.compiled.run_typed(&[("x", &x), ("pos", &pos)]));
         match kind {
             StepKind::Decode => self.decode = Some(step),
-            StepKind::Prefill => drop(self.prefill.insert(n, step)),
-            StepKind::Score { first } => self.scoring = Some(((n, first), step)),
+            StepKind::Sequence { .. } => drop(self.sequences.insert(step.shape, step)),
         }
         Ok(run?.remove(0).to_f32_vec())
     }
@@ -625,25 +626,30 @@ impl Llama {
 
     /// Compiles the graphs a prompt of `n` tokens and the decode steps after it need.
     pub fn prepare(&mut self, n: usize) -> Result<()> {
-        self.prepare_prefill(n)?;
+        if n == 0 {
+            return Err(Error::input("a prompt needs at least one token"));
+        }
+        self.prepare_sequence(StepShape::Sequence { n, first: n - 1, hidden: false })?;
         self.prepare_decode()
     }
 
     fn prepare_decode(&mut self) -> Result<()> {
         if self.decode.is_none() {
-            self.decode = Some(self.compile_step(StepShape::Sequence { n: 1, first: 0 }, self.q8_decode)?);
+            self.decode =
+                Some(self.compile_step(StepShape::Sequence { n: 1, first: 0, hidden: false }, self.q8_decode)?);
         }
         Ok(())
     }
 
-    fn prepare_prefill(&mut self, n: usize) -> Result<()> {
-        if !self.prefill.contains_key(&n) {
-            // A few prompt lengths stay compiled (chat turns differ in length).
-            if self.prefill.len() >= 4 {
-                self.prefill.clear();
+    /// Compiles the sequence graph of `shape` (f32 activations, as a prompt) unless it is
+    /// one of the few kept.
+    fn prepare_sequence(&mut self, shape: StepShape) -> Result<()> {
+        if !self.sequences.contains_key(&shape) {
+            if self.sequences.len() >= 4 {
+                self.sequences.clear();
             }
-            let step = self.compile_step(StepShape::Sequence { n, first: n - 1 }, false)?;
-            self.prefill.insert(n, step);
+            let step = self.compile_step(shape, false)?;
+            self.sequences.insert(shape, step);
         }
         Ok(())
     }
@@ -651,7 +657,7 @@ impl Llama {
     /// Runs a prompt as one batch after what the cache holds; returns the logits of its
     /// last token.
     pub fn prefill(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>> {
-        self.step(tokens, StepKind::Prefill)
+        self.step(tokens, StepKind::Sequence { first: tokens.len().saturating_sub(1), hidden: false })
     }
 
     /// Runs one token; returns the logits that follow it.
@@ -663,7 +669,7 @@ impl Llama {
     /// prompt); returns the logits after each token from index `first` on, row by row
     /// (`(tokens.len() - first) * vocab` values).
     pub fn score(&mut self, tokens: &[TokenId], first: usize) -> Result<Vec<f32>> {
-        self.step(tokens, StepKind::Score { first })
+        self.step(tokens, StepKind::Sequence { first, hidden: false })
     }
 
     /// Makes room for `count` sequences at once (at least 1): each slot is a KV cache of
@@ -683,10 +689,7 @@ impl Llama {
                 step.bound.clear();
             }
         };
-        self.prefill.values_mut().chain(&mut self.decode).chain(self.batch.values_mut()).for_each(gone);
-        if let Some((_, step)) = &mut self.scoring {
-            gone(step);
-        }
+        self.sequences.values_mut().chain(&mut self.decode).chain(self.batch.values_mut()).for_each(gone);
         Ok(())
     }
 
@@ -704,7 +707,16 @@ impl Llama {
     /// Runs `tokens` (a prompt, or a chunk of one) of the sequence in `slot` after the
     /// first `pos` rows of its cache; returns the logits of the last token.
     pub fn prefill_slot(&mut self, slot: usize, pos: usize, tokens: &[TokenId]) -> Result<Vec<f32>> {
-        self.run_sequence(slot, pos, tokens, StepKind::Prefill)
+        let first = tokens.len().saturating_sub(1);
+        self.run_sequence(slot, pos, tokens, StepKind::Sequence { first, hidden: false })
+    }
+
+    /// Runs `tokens` of the sequence in `slot` after the first `pos` rows of its cache,
+    /// as [`Llama::prefill_slot`] does, and returns the last hidden state of every token
+    /// after the final norm (`tokens.len() * d_model` values, token after token): the
+    /// vectors the output head turns into logits, which embeddings pool.
+    pub fn hidden_slot(&mut self, slot: usize, pos: usize, tokens: &[TokenId]) -> Result<Vec<f32>> {
+        self.run_sequence(slot, pos, tokens, StepKind::Sequence { first: 0, hidden: true })
     }
 
     /// One decode step for several sequences at once, through the batched graph of
@@ -858,10 +870,11 @@ impl Llama {
 }
 
 /// What a compiled graph computes (see [`Llama::build_batch_graph`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum StepShape {
-    /// `n` tokens of one sequence at input `pos` (`i32[1]`); logits from position `first`.
-    Sequence { n: usize, first: usize },
+    /// `n` tokens of one sequence at input `pos` (`i32[1]`); logits (or, when `hidden`,
+    /// the final-normed hidden states) from position `first`.
+    Sequence { n: usize, first: usize, hidden: bool },
     /// One token for each of `rows` sequences, each with its own position and cache.
     Batch { rows: usize },
 }
@@ -884,12 +897,10 @@ fn slot_caches(c: &LlamaConfig, context: usize, cache_type: DType) -> Result<Vec
 /// Which compiled graph a step runs.
 #[derive(Clone, Copy)]
 enum StepKind {
-    /// The n-token prompt graph (logits of the last token).
-    Prefill,
     /// The one-token graph with the decode activations.
     Decode,
-    /// The n-token graph with the logits from position `first` on.
-    Score { first: usize },
+    /// The n-token graph with f32 activations (a prompt) and its outputs from `first` on.
+    Sequence { first: usize, hidden: bool },
 }
 
 /// One row of [`Llama::decode_batch`].

@@ -5,7 +5,7 @@
 //! not know; fields it cannot honour (`n` > 1, penalties, logprobs) are errors rather than
 //! silently dropped.
 
-use rlx_models::{FinishReason, Message, SamplerConfig};
+use rlx_models::{FinishReason, Message, SamplerConfig, TokenId};
 use serde_json::{Map, Value, json};
 
 /// A 4xx (or 5xx) answer: status, message, offending field, OpenAI error type and code.
@@ -284,6 +284,113 @@ pub fn messages(o: &Map<String, Value>) -> Result<Vec<Message>, ApiError> {
             Ok(Message::new(role, &content))
         })
         .collect()
+}
+
+/// One input of an embeddings request: text, or token ids as given.
+pub enum EmbeddingInput {
+    Text(String),
+    Tokens(Vec<TokenId>),
+}
+
+/// An embeddings request's `input`: a string, an array of strings, an array of token ids
+/// or an array of such arrays (at most 2048 inputs, as OpenAI takes); token ids must be
+/// below `vocab`.
+pub fn embedding_inputs(o: &Map<String, Value>, vocab: usize) -> Result<Vec<EmbeddingInput>, ApiError> {
+    let tokens = |at: &str, items: &[Value]| -> Result<EmbeddingInput, ApiError> {
+        if items.is_empty() {
+            return Err(ApiError::invalid(at, format!("'{at}' is empty")));
+        }
+        items
+            .iter()
+            .enumerate()
+            .map(|(j, v)| match v.as_u64() {
+                Some(id) if id < vocab as u64 => Ok(id as TokenId),
+                _ => Err(ApiError::invalid(
+                    at,
+                    format!("'{at}'[{j}] must be a token id from 0 to {}, got {v}", vocab - 1),
+                )),
+            })
+            .collect::<Result<_, _>>()
+            .map(EmbeddingInput::Tokens)
+    };
+    let text = |at: &str, s: &str| {
+        if s.is_empty() {
+            Err(ApiError::invalid(at, format!("'{at}' is empty")))
+        } else {
+            Ok(EmbeddingInput::Text(s.to_string()))
+        }
+    };
+    match field(o, "input") {
+        None => Err(ApiError::invalid("input", "'input' is required")),
+        Some(Value::String(s)) => Ok(vec![text("input", s)?]),
+        Some(Value::Array(items)) if items.is_empty() => Err(ApiError::invalid("input", "'input' is empty")),
+        Some(Value::Array(items)) if items.len() > 2048 => {
+            Err(ApiError::invalid("input", format!("'input' holds at most 2048 inputs, got {}", items.len())))
+        }
+        Some(Value::Array(items)) if items[0].is_number() => Ok(vec![tokens("input", items)?]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let at = format!("input[{i}]");
+                match item {
+                    Value::String(s) => text(&at, s),
+                    Value::Array(ids) => tokens(&at, ids),
+                    v => Err(ApiError::invalid(
+                        &at,
+                        format!("'{at}' must be a string or an array of token ids, got {}", kind(v)),
+                    )),
+                }
+            })
+            .collect(),
+        Some(v) => Err(ApiError::invalid(
+            "input",
+            format!("'input' must be a string, an array of strings or an array of token ids, got {}", kind(v)),
+        )),
+    }
+}
+
+/// How an embeddings request wants its vectors: `encoding_format` "float" (default) or
+/// "base64" (the little-endian f32 bytes, as the `openai` client asks by default); a
+/// `dimensions` other than the model's is an error (the vectors are not truncated).
+pub fn embedding_format(o: &Map<String, Value>, dimensions: usize) -> Result<bool, ApiError> {
+    if let Some(n) = integer(o, "dimensions")?
+        && n != dimensions as i64
+    {
+        return Err(ApiError::invalid(
+            "dimensions",
+            format!("'dimensions' is {n}: this model's embeddings have {dimensions} dimensions"),
+        ));
+    }
+    match field(o, "encoding_format") {
+        None => Ok(false),
+        Some(Value::String(f)) if f == "float" => Ok(false),
+        Some(Value::String(f)) if f == "base64" => Ok(true),
+        Some(v) => Err(ApiError::invalid(
+            "encoding_format",
+            format!("'encoding_format' must be \"float\" or \"base64\", got {v}"),
+        )),
+    }
+}
+
+/// The body of an embeddings response.
+pub fn embeddings(model: &str, vectors: &[Vec<f32>], base64: bool, prompt_tokens: usize) -> Value {
+    use base64::Engine;
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    json!({"object": "list", "data": data, "model": model,
+           "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})
 }
 
 /// `usage` of a response.

@@ -6,6 +6,9 @@
 //! slot by the same graphs `rlx generate` uses, each decode row computes what a solo
 //! decode would (bit for bit, see `Llama::build_batch_graph`), and it samples from its
 //! own seeded sampler.
+//!
+//! An embeddings request holds a slot while its inputs run through it one after another,
+//! in prompt pieces like any prompt, and never joins the decode batch.
 
 use rlx_models::{BatchRow, FinishReason, Llama, Sampler, SamplerConfig, TextOut, TokenId};
 use std::sync::Arc;
@@ -24,12 +27,19 @@ pub const PREFILL_CHUNK: usize = 256;
 pub struct Job {
     pub id: u64,
     pub route: &'static str,
-    pub prompt: Vec<TokenId>,
-    pub max_tokens: usize,
-    pub sampler: SamplerConfig,
-    pub stops: Vec<String>,
+    pub task: Task,
     pub events: UnboundedSender<Event>,
     pub received: Instant,
+}
+
+/// What a request asks of the model.
+pub enum Task {
+    /// Up to `max_tokens` tokens after `prompt`.
+    Generate { prompt: Vec<TokenId>, max_tokens: usize, sampler: SamplerConfig, stops: Vec<String> },
+    /// One embedding per input: the mean over its tokens of the last hidden state (after
+    /// the final norm, what the output head reads), scaled to unit length, as
+    /// llama-server's mean pooling with its default L2 normalization gives.
+    Embed { inputs: Vec<Vec<TokenId>> },
 }
 
 /// What a request's handler hears from the engine.
@@ -41,6 +51,11 @@ pub enum Event {
         finish: FinishReason,
         prompt_tokens: usize,
         completion_tokens: usize,
+    },
+    /// An embeddings request's vectors, one per input in order.
+    Embeddings {
+        vectors: Vec<Vec<f32>>,
+        prompt_tokens: usize,
     },
     /// The model failed (an internal error: the request ends with a 500).
     Failed(String),
@@ -57,47 +72,134 @@ pub struct Load {
 
 /// A request holding a slot.
 struct Running {
-    job: Job,
+    id: u64,
+    route: &'static str,
+    events: UnboundedSender<Event>,
+    received: Instant,
     slot: usize,
-    /// Prompt tokens prefilled so far.
+    /// Tokens of the prompt now running that are prefilled.
     prefilled: usize,
     /// Tokens in the slot's cache.
     pos: usize,
-    /// The last token sampled, not yet in the cache.
-    pending: Option<TokenId>,
-    history: Vec<TokenId>,
-    generated: usize,
-    sampler: Sampler,
-    out: TextOut,
-    first_token: Option<Duration>,
-    decode_start: Option<Instant>,
+    work: Work,
     /// Ended (finished, failed or its client gone): the slot frees after this step.
     ended: bool,
 }
 
+/// A running request's own state.
+enum Work {
+    Generate {
+        prompt_tokens: usize,
+        max_tokens: usize,
+        /// The last token sampled, not yet in the cache.
+        pending: Option<TokenId>,
+        /// The prompt and the tokens generated (the repetition penalty's window).
+        history: Vec<TokenId>,
+        generated: usize,
+        sampler: Sampler,
+        out: TextOut,
+        first_token: Option<Duration>,
+        decode_start: Option<Instant>,
+    },
+    Embed {
+        inputs: Vec<Vec<TokenId>>,
+        /// Inputs pooled so far (the one running is `inputs[done]`).
+        done: usize,
+        /// The running input's hidden states summed over its tokens so far.
+        sum: Vec<f64>,
+        vectors: Vec<Vec<f32>>,
+    },
+}
+
 impl Running {
     fn new(job: Job, slot: usize) -> Result<Running, String> {
-        let sampler = Sampler::new(job.sampler.clone()).map_err(|e| e.to_string())?;
-        let out = TextOut::new(&job.stops).map_err(|e| e.to_string())?;
+        let work = match job.task {
+            Task::Generate { prompt, max_tokens, sampler, stops } => Work::Generate {
+                prompt_tokens: prompt.len(),
+                max_tokens,
+                pending: None,
+                history: prompt,
+                generated: 0,
+                sampler: Sampler::new(sampler).map_err(|e| e.to_string())?,
+                out: TextOut::new(&stops).map_err(|e| e.to_string())?,
+                first_token: None,
+                decode_start: None,
+            },
+            Task::Embed { inputs } => Work::Embed { inputs, done: 0, sum: Vec::new(), vectors: Vec::new() },
+        };
         Ok(Running {
-            history: job.prompt.clone(),
-            job,
+            id: job.id,
+            route: job.route,
+            events: job.events,
+            received: job.received,
             slot,
             prefilled: 0,
             pos: 0,
-            pending: None,
-            generated: 0,
-            sampler,
-            out,
-            first_token: None,
-            decode_start: None,
+            work,
             ended: false,
         })
     }
 
+    /// The prompt whose prefill has not ended, if any.
+    fn unfilled_prompt(&self) -> Option<&[TokenId]> {
+        let prompt = match &self.work {
+            Work::Generate { history, prompt_tokens, .. } => &history[..*prompt_tokens],
+            Work::Embed { inputs, done, .. } => inputs.get(*done)?,
+        };
+        (self.prefilled < prompt.len() && !self.ended).then_some(prompt)
+    }
+
+    /// Runs the next piece of the unfilled prompt (at most [`PREFILL_CHUNK`] tokens).
+    fn prefill(&mut self, llama: &mut Llama) {
+        let Some(prompt) = self.unfilled_prompt() else { return };
+        let end = (self.prefilled + PREFILL_CHUNK).min(prompt.len());
+        let piece = prompt[self.prefilled..end].to_vec();
+        let whole = end == prompt.len();
+        let run = match self.work {
+            Work::Generate { .. } => llama.prefill_slot(self.slot, self.prefilled, &piece),
+            Work::Embed { .. } => llama.hidden_slot(self.slot, self.prefilled, &piece),
+        };
+        let out = match run {
+            Ok(out) => out,
+            Err(e) => return self.fail(e.to_string()),
+        };
+        self.prefilled = end;
+        self.pos = end;
+        match &mut self.work {
+            Work::Generate { .. } => {
+                if whole {
+                    self.advance(llama, &out);
+                }
+            }
+            Work::Embed { inputs, done, sum, vectors } => {
+                let d = llama.config.d_model;
+                sum.resize(d, 0.0);
+                for row in out.chunks_exact(d) {
+                    sum.iter_mut().zip(row).for_each(|(s, &v)| *s += f64::from(v));
+                }
+                if whole {
+                    vectors.push(pooled(sum));
+                    sum.clear();
+                    *done += 1;
+                    self.prefilled = 0;
+                    self.pos = 0;
+                    if *done == inputs.len() {
+                        let prompt_tokens = inputs.iter().map(Vec::len).sum();
+                        let vectors = std::mem::take(vectors);
+                        self.send(Event::Embeddings { vectors, prompt_tokens });
+                        if !self.ended {
+                            self.log("done");
+                            self.ended = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Sends `event`; a client that has gone ends the request.
     fn send(&mut self, event: Event) {
-        if !self.ended && self.job.events.send(event).is_err() {
+        if !self.ended && self.events.send(event).is_err() {
             self.disconnected();
         }
     }
@@ -110,44 +212,58 @@ impl Running {
     /// Samples the token that follows `logits` and streams its text; ends the request at
     /// its end (end of generation, a stop string, `max_tokens`, a full context).
     fn advance(&mut self, llama: &Llama, logits: &[f32]) {
-        let token = match self.sampler.sample(logits, &self.history) {
+        let pos = self.pos;
+        let Work::Generate {
+            prompt_tokens,
+            max_tokens,
+            pending,
+            history,
+            generated,
+            sampler,
+            out,
+            first_token,
+            decode_start,
+        } = &mut self.work
+        else {
+            return;
+        };
+        let token = match sampler.sample(logits, history) {
             Ok(t) => t,
             Err(e) => return self.fail(e.to_string()),
         };
-        if self.first_token.is_none() {
-            self.first_token = Some(self.job.received.elapsed());
-            self.decode_start = Some(Instant::now());
+        if first_token.is_none() {
+            *first_token = Some(self.received.elapsed());
+            *decode_start = Some(Instant::now());
         }
-        self.history.push(token);
-        self.generated += 1;
-        match self.out.token(&llama.tokenizer, token) {
-            Ok(text) if !text.is_empty() => self.send(Event::Text(text)),
-            Ok(_) => {}
+        history.push(token);
+        *generated += 1;
+        let text = match out.token(&llama.tokenizer, token) {
+            Ok(text) => text,
             Err(e) => return self.fail(e.to_string()),
-        }
-        let finish = if self.out.finish_reason().is_some() || llama.tokenizer.ends_generation(token) {
+        };
+        let finish = if out.finish_reason().is_some() || llama.tokenizer.ends_generation(token) {
             Some(FinishReason::Stop)
-        } else if self.generated >= self.job.max_tokens || self.pos >= llama.context() {
+        } else if *generated >= *max_tokens || pos >= llama.context() {
             Some(FinishReason::Length)
         } else {
             None
         };
-        match finish {
-            Some(reason) => self.finish(reason),
-            None => self.pending = Some(token),
+        let (prompt_tokens, completion_tokens) = (*prompt_tokens, *generated);
+        let mut texts = vec![text];
+        let finish = finish.map(|reason| {
+            texts.push(out.end(reason));
+            out.finish_reason().unwrap_or(reason)
+        });
+        *pending = finish.is_none().then_some(token);
+        for text in texts.into_iter().filter(|t| !t.is_empty()) {
+            self.send(Event::Text(text));
         }
-    }
-
-    fn finish(&mut self, reason: FinishReason) {
-        let tail = self.out.end(reason);
-        if !tail.is_empty() {
-            self.send(Event::Text(tail));
-        }
-        let finish = self.out.finish_reason().unwrap_or(reason);
-        self.send(Event::Done { finish, prompt_tokens: self.job.prompt.len(), completion_tokens: self.generated });
-        if !self.ended {
-            self.log(finish.name());
-            self.ended = true;
+        if let Some(finish) = finish {
+            self.send(Event::Done { finish, prompt_tokens, completion_tokens });
+            if !self.ended {
+                self.log(finish.name());
+                self.ended = true;
+            }
         }
     }
 
@@ -161,22 +277,42 @@ impl Running {
 
     /// The request's log line.
     fn log(&self, end: &str) {
-        let ttft = self.first_token.map_or("-".into(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3));
-        let rate = match self.decode_start {
-            Some(t) if self.generated > 1 => {
-                format!("{:.1} tok/s", (self.generated - 1) as f64 / t.elapsed().as_secs_f64().max(1e-9))
+        let what = match &self.work {
+            Work::Generate { prompt_tokens, generated, first_token, decode_start, .. } => {
+                let ttft = first_token.map_or("-".into(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3));
+                let rate = match decode_start {
+                    Some(t) if *generated > 1 => {
+                        format!("{:.1} tok/s", (generated - 1) as f64 / t.elapsed().as_secs_f64().max(1e-9))
+                    }
+                    _ => "-".into(),
+                };
+                format!("prompt {prompt_tokens} tokens, generated {generated}, first token {ttft}, {rate}")
             }
-            _ => "-".into(),
+            Work::Embed { inputs, done, .. } => format!(
+                "{done} of {} inputs embedded, {} tokens, {:.1} ms",
+                inputs.len(),
+                inputs.iter().map(Vec::len).sum::<usize>(),
+                self.received.elapsed().as_secs_f64() * 1e3
+            ),
         };
-        eprintln!(
-            "rlx serve: request {} {} slot {}: prompt {} tokens, generated {}, first token {ttft}, {rate}, {end}",
-            self.job.id,
-            self.job.route,
-            self.slot,
-            self.job.prompt.len(),
-            self.generated
-        );
+        eprintln!("rlx serve: request {} {} slot {}: {what}, {end}", self.id, self.route, self.slot);
     }
+
+    /// The token this request runs in the next decode step, if any.
+    fn pending(&self) -> Option<TokenId> {
+        match &self.work {
+            Work::Generate { pending, .. } if !self.ended && !self.events.is_closed() => *pending,
+            _ => None,
+        }
+    }
+}
+
+/// The mean of summed vectors scaled to unit Euclidean length: the sum's direction (the
+/// mean's 1/count would cancel), computed in f64 and rounded once. A zero sum stays zero.
+fn pooled(sum: &[f64]) -> Vec<f32> {
+    let norm = sum.iter().map(|s| s * s).sum::<f64>().sqrt();
+    let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+    sum.iter().map(|&s| (s * scale) as f32).collect()
 }
 
 /// Runs until `jobs` is closed and every admitted request has ended.
@@ -220,26 +356,15 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
         }
         load.running.store(running.len(), Ordering::Relaxed);
         // One prompt piece for one request still prefilling.
-        if let Some(r) = running.iter_mut().find(|r| r.prefilled < r.job.prompt.len() && !r.ended) {
-            let end = (r.prefilled + PREFILL_CHUNK).min(r.job.prompt.len());
-            match llama.prefill_slot(r.slot, r.prefilled, &r.job.prompt[r.prefilled..end]) {
-                Ok(logits) => {
-                    r.prefilled = end;
-                    r.pos = end;
-                    if end == r.job.prompt.len() {
-                        r.advance(&llama, &logits);
-                    }
-                }
-                Err(e) => r.fail(e.to_string()),
-            }
+        if let Some(r) = running.iter_mut().find(|r| r.unfilled_prompt().is_some()) {
+            r.prefill(&mut llama);
         }
         // One decode step for every request with a token to run, in slot order (the
         // batch's own order: its logits come back without a reordering copy).
         let mut rows: Vec<(usize, BatchRow)> = running
             .iter()
             .enumerate()
-            .filter(|(_, r)| !r.ended && !r.job.events.is_closed())
-            .filter_map(|(i, r)| r.pending.map(|token| (i, BatchRow { slot: r.slot, pos: r.pos, token })))
+            .filter_map(|(i, r)| r.pending().map(|token| (i, BatchRow { slot: r.slot, pos: r.pos, token })))
             .collect();
         rows.sort_unstable_by_key(|(_, row)| row.slot);
         if !rows.is_empty() {
@@ -250,14 +375,13 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
                     for (k, &(i, _)) in rows.iter().enumerate() {
                         let r = &mut running[i];
                         r.pos += 1;
-                        r.pending = None;
                         r.advance(&llama, &logits[k * vocab..][..vocab]);
                     }
                 }
                 Err(e) => rows.iter().for_each(|&(i, _)| running[i].fail(e.to_string())),
             }
         }
-        for r in running.iter_mut().filter(|r| !r.ended && r.job.events.is_closed()) {
+        for r in running.iter_mut().filter(|r| !r.ended && r.events.is_closed()) {
             r.disconnected();
         }
         running.retain(|r| {

@@ -14,7 +14,8 @@
 //! requests finish, and returns.
 //!
 //! Routes: `GET /health`, `GET /v1/models`, `POST /v1/completions`,
-//! `POST /v1/chat/completions`.
+//! `POST /v1/chat/completions`, `POST /v1/embeddings` (each input's last hidden states,
+//! mean-pooled and scaled to unit length: see [`engine::Task::Embed`]).
 
 pub mod api;
 pub mod bench;
@@ -28,7 +29,7 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
-use engine::{Event, Job, Load};
+use engine::{Event, Job, Load, Task};
 use rlx_ir::{DType, Error, Result};
 use rlx_models::{ChatTemplate, Llama, LlamaOptions, Tokenizer};
 use serde_json::json;
@@ -82,6 +83,8 @@ struct App {
     /// The model's chat template, or why it has none.
     template: std::result::Result<ChatTemplate, String>,
     context: usize,
+    /// The length of an embedding (the model's hidden size).
+    dimensions: usize,
     slots: usize,
     queue: usize,
     jobs: SyncSender<Job>,
@@ -120,6 +123,7 @@ pub fn serve(options: &ServeOptions) -> Result<()> {
         tokenizer: llama.tokenizer.clone(),
         template: llama.chat_template().map_err(|e| e.to_string()),
         context: llama.context(),
+        dimensions: llama.config.d_model,
         slots: llama.slots(),
         queue: options.queue,
         jobs,
@@ -161,6 +165,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(embeddings))
         .fallback(unknown_route)
         .with_state(app)
 }
@@ -252,20 +257,44 @@ async fn request(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> std::result:
             ),
         ));
     }
+    let route = if chat { "/v1/chat/completions" } else { "/v1/completions" };
+    let task = Task::Generate { prompt, max_tokens: params.max_tokens, sampler: params.sampler, stops: params.stops };
+    let (id, mut answers) = submit(&app, route, task, received)?;
+    let envelope = Envelope {
+        endpoint,
+        id: format!("{}-{id}", if chat { "chatcmpl" } else { "cmpl" }),
+        created: unix_now(),
+        model: app.model_id.clone(),
+    };
+    if params.stream {
+        return Ok(stream(envelope, answers, params.include_usage));
+    }
+    let mut text = String::new();
+    while let Some(event) = answers.recv().await {
+        match event {
+            Event::Text(t) => text.push_str(&t),
+            Event::Done { finish, prompt_tokens, completion_tokens } => {
+                let usage = api::usage(prompt_tokens, completion_tokens);
+                return Ok(Json(envelope.response(&text, finish, usage)).into_response());
+            }
+            Event::Failed(message) => return Err(internal(message)),
+            Event::Embeddings { .. } => break,
+        }
+    }
+    Err(internal("the engine stopped before the request ended".into()))
+}
+
+/// Queues `task`; a full queue is a 503. Returns the request's id and its events.
+fn submit(
+    app: &App,
+    route: &'static str,
+    task: Task,
+    received: Instant,
+) -> std::result::Result<(u64, UnboundedReceiver<Event>), ApiError> {
     let (events, answers) = unbounded_channel();
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
-    let job = Job {
-        id,
-        route: if chat { "/v1/chat/completions" } else { "/v1/completions" },
-        prompt,
-        max_tokens: params.max_tokens,
-        sampler: params.sampler,
-        stops: params.stops,
-        events,
-        received,
-    };
     app.load.queued.fetch_add(1, Ordering::Relaxed);
-    if let Err(e) = app.jobs.try_send(job) {
+    if let Err(e) = app.jobs.try_send(Job { id, route, task, events, received }) {
         app.load.queued.fetch_sub(1, Ordering::Relaxed);
         let message = match e {
             TrySendError::Full(_) => format!(
@@ -277,28 +306,52 @@ async fn request(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> std::result:
         };
         return Err(ApiError { status: 503, message, param: None, kind: "server_error", code: Some("overloaded") });
     }
-    let envelope = Envelope {
-        endpoint,
-        id: format!("{}-{id}", if chat { "chatcmpl" } else { "cmpl" }),
-        created: unix_now(),
-        model: app.model_id.clone(),
-    };
-    if params.stream {
-        return Ok(stream(envelope, answers, params.include_usage));
-    }
-    let mut answers = answers;
-    let mut text = String::new();
-    while let Some(event) = answers.recv().await {
-        match event {
-            Event::Text(t) => text.push_str(&t),
-            Event::Done { finish, prompt_tokens, completion_tokens } => {
-                let usage = api::usage(prompt_tokens, completion_tokens);
-                return Ok(Json(envelope.response(&text, finish, usage)).into_response());
+    Ok((id, answers))
+}
+
+async fn embeddings(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    embed(app, &body).await.unwrap_or_else(error_response)
+}
+
+/// Checks and tokenizes each input, and answers with their vectors.
+async fn embed(app: Arc<App>, body: &[u8]) -> std::result::Result<Response, ApiError> {
+    let received = Instant::now();
+    let o = api::object(body)?;
+    api::check_model(&o, &app.model_id)?;
+    let base64 = api::embedding_format(&o, app.dimensions)?;
+    let inputs = api::embedding_inputs(&o, app.tokenizer.vocab_size())?;
+    let many = inputs.len() > 1;
+    let inputs = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let at = if many { format!("input[{i}]") } else { "input".into() };
+            let tokens = match input {
+                api::EmbeddingInput::Text(text) => {
+                    app.tokenizer.encode_prompt(&text, false).map_err(|e| ApiError::invalid(&at, e.to_string()))?
+                }
+                api::EmbeddingInput::Tokens(ids) => ids,
+            };
+            if tokens.is_empty() {
+                return Err(ApiError::invalid(&at, format!("'{at}' has no tokens")));
             }
-            Event::Failed(message) => return Err(internal(message)),
+            if tokens.len() > app.context {
+                return Err(ApiError::invalid(
+                    &at,
+                    format!("'{at}' is {} tokens, more than the context of {} tokens", tokens.len(), app.context),
+                ));
+            }
+            Ok(tokens)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let (_, mut answers) = submit(&app, "/v1/embeddings", Task::Embed { inputs }, received)?;
+    match answers.recv().await {
+        Some(Event::Embeddings { vectors, prompt_tokens }) => {
+            Ok(Json(api::embeddings(&app.model_id, &vectors, base64, prompt_tokens)).into_response())
         }
+        Some(Event::Failed(message)) => Err(internal(message)),
+        _ => Err(internal("the engine stopped before the request ended".into())),
     }
-    Err(internal("the engine stopped before the request ended".into()))
 }
 
 fn internal(message: String) -> ApiError {
@@ -332,6 +385,7 @@ fn stream(envelope: Envelope, mut answers: UnboundedReceiver<Event>, include_usa
                     let _ = out.send(data(internal(message).body())).await;
                     return;
                 }
+                Event::Embeddings { .. } => return,
             };
             if sent.is_err() {
                 return;

@@ -4,6 +4,7 @@ client library would hide what is on the wire (malformed bodies, disconnects).
 The oracle for the answers is `rlx generate` (itself checked against llama.cpp): a chat
 completion at temperature 0 must be its `--chat --temp 0` text, a stream must join to
 the non-streamed answer, and eight concurrent streams must each be their solo answer.
+Embeddings are checked against llama.cpp's mean pooling (a fixture of llama-embedding).
 
 Runs the `rlx` binary the Rust suite built (target/debug/rlx, or $RLX_BIN) on SmolLM2
 from the model cache (tools/fetch_model.sh); tools/test_python.sh runs it.
@@ -233,10 +234,70 @@ def test_bad_requests_are_4xx_naming_the_field(server):
     with pytest.raises(NotFoundError):
         server.client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
     # An unknown route is a JSON 404.
-    got, answer = server.post("/v1/embeddingz", {"input": "x"})
+    got, answer = server.post("/v1/embedding", {"input": "x"})
     assert got == 404 and "no route" in answer["error"]["message"]
     # Still serving.
     assert chat(server, "What is the capital of France?", 8).choices[0].message.content
+
+
+EMBEDDINGS = json.loads((ROOT / "crates/rlx-models/tests/fixtures/llm/embeddings.json").read_text())["cases"]
+
+
+def max_diff(a, b):
+    assert len(a) == len(b)
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+def test_embeddings_equal_llama_cpp_mean_pooling():
+    """/v1/embeddings with an f32 KV cache against llama-embedding --pooling mean
+    --embd-normalize 2 on an all-f32 copy (tools/llm/make_embedding_fixtures.py): the
+    bound of the Rust test of the pooled hidden states (crates/rlx-models/tests/llm.rs)."""
+    s = Server("--cache-type", "f32", "--parallel", "2")
+    try:
+        texts = [c["text"] for c in EMBEDDINGS]
+        # The openai client asks for base64 and decodes it; all inputs in one request.
+        got = s.client.embeddings.create(model=MODEL_ID, input=texts)
+        assert [d.index for d in got.data] == list(range(len(texts)))
+        assert got.usage.prompt_tokens == sum(len(c["ids"]) for c in EMBEDDINGS)
+        for case, d in zip(EMBEDDINGS, got.data):
+            assert max_diff(d.embedding, case["embedding"]) < 2e-6, case["text"][:40]
+        # Floats over raw HTTP, one input, as text or as its token ids: the same vector.
+        for body in ({"input": texts[0]}, {"input": EMBEDDINGS[0]["ids"], "encoding_format": "float"}):
+            status, answer = s.post("/v1/embeddings", body)
+            assert status == 200, answer
+            (d,) = answer["data"]
+            assert d["object"] == "embedding" and max_diff(d["embedding"], got.data[0].embedding) == 0.0
+    finally:
+        s.stop()
+
+
+def test_embeddings_with_the_default_f16_cache(server):
+    """The default cache holds K and V rounded to f16 (relative 2^-11): measured max|diff|
+    2.0e-4 from the f32 oracle on components of ~0.04."""
+    got = server.client.embeddings.create(model=MODEL_ID, input=[c["text"] for c in EMBEDDINGS])
+    for case, d in zip(EMBEDDINGS, got.data):
+        assert max_diff(d.embedding, case["embedding"]) < 1e-3, case["text"][:40]
+
+
+def test_embeddings_bad_requests_name_the_field(server):
+    cases = [
+        ({}, "input", "required"),
+        ({"input": ""}, "input", "empty"),
+        ({"input": []}, "input", "empty"),
+        ({"input": ["ok", 5]}, "input[1]", "string or an array of token ids"),
+        ({"input": [1, 10**9]}, "input", "token id"),
+        ({"input": [[1, 2], []]}, "input[1]", "empty"),
+        ({"input": "x", "encoding_format": "hex"}, "encoding_format", "base64"),
+        ({"input": "x", "dimensions": 7}, "dimensions", "576"),
+        ({"input": "word " * (CONTEXT + 50)}, "input", f"context of {CONTEXT}"),
+    ]
+    for body, param, text in cases:
+        status, answer = server.post("/v1/embeddings", body)
+        assert status == 400, (body, answer)
+        assert answer["error"]["param"] == param, (body, answer)
+        assert text in answer["error"]["message"], (body, answer)
+    status, answer = server.post("/v1/embeddings", {"input": "x", "model": "other"})
+    assert status == 404 and answer["error"]["param"] == "model"
 
 
 def stream_socket(server, max_tokens):
