@@ -2,7 +2,7 @@
 //! and `rlx bench llm`.
 
 use rlx::gguf::Gguf;
-use rlx::models::{Completion, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TokenId};
+use rlx::models::{BatchRow, Completion, Llama, LlamaOptions, Message, Sampler, SamplerConfig, TokenId};
 use rlx::prelude::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -457,7 +457,16 @@ const REPS: usize = 3;
 
 /// `rlx bench llm`: pp512 and tg128 at each thread count; with `llama_cpp`, the same on
 /// llama.cpp (built by tools/bench/llama_cpp_env.sh) in the same run.
-pub fn bench_llm(model: Option<&Path>, threads: &[usize], llama_cpp: bool, device: Device) -> Result<()> {
+pub fn bench_llm(
+    model: Option<&Path>,
+    threads: &[usize],
+    batch: &[usize],
+    llama_cpp: bool,
+    device: Device,
+) -> Result<()> {
+    if let Some(&bad) = batch.iter().find(|&&b| b == 0 || b > 64) {
+        return Err(Error::input(format!("--batch {bad}: sequences decoded together must be 1 to 64")));
+    }
     let path = model_path(model)?;
     let baseline_kib = rss_kib("VmRSS");
     println!(
@@ -500,6 +509,25 @@ pub fn bench_llm(model: Option<&Path>, threads: &[usize], llama_cpp: bool, devic
         tg()?;
         let runs = (0..REPS).map(|_| tg()).collect::<Result<Vec<_>>>()?;
         rows.push(Row { threads: t, test: format!("tg{TG}"), rlx: median(runs), anchor: None });
+        for &b in batch {
+            // `b` sequences, each after a 16-token prompt of its own, decoded together:
+            // tokens of all of them per second.
+            m.set_slots(b)?;
+            let mut tg_batch = || -> Result<f64> {
+                for slot in 0..b {
+                    m.prefill_slot(slot, 0, &prompt[slot..slot + 16])?;
+                }
+                let start = Instant::now();
+                for (i, &id) in generated.iter().enumerate() {
+                    let step: Vec<BatchRow> = (0..b).map(|slot| BatchRow { slot, pos: 16 + i, token: id }).collect();
+                    m.decode_batch(&step)?;
+                }
+                Ok((b * TG) as f64 / start.elapsed().as_secs_f64())
+            };
+            tg_batch()?;
+            let runs = (0..REPS).map(|_| tg_batch()).collect::<Result<Vec<_>>>()?;
+            rows.push(Row { threads: t, test: format!("tg{TG}x{b}"), rlx: median(runs), anchor: None });
+        }
     }
     let peak_kib = rss_kib("VmHWM");
     let mut anchor_rss = None;
@@ -517,13 +545,13 @@ pub fn bench_llm(model: Option<&Path>, threads: &[usize], llama_cpp: bool, devic
             Some((report["peak_rss_kib"].as_u64().unwrap_or(0), report["baseline_rss_kib"].as_u64().unwrap_or(0)));
     }
     println!();
-    println!("{:>7}  {:<6} {:>12} {:>16} {:>8}", "threads", "test", "rlx tok/s", "llama.cpp tok/s", "ratio");
+    println!("{:>7}  {:<9} {:>12} {:>16} {:>8}", "threads", "test", "rlx tok/s", "llama.cpp tok/s", "ratio");
     for r in &rows {
         let (anchor, ratio) = match r.anchor {
             Some(a) => (format!("{a:.1}"), format!("{:.2}x", r.rlx / a)),
             None => ("-".into(), "-".into()),
         };
-        println!("{:>7}  {:<6} {:>12.1} {:>16} {:>8}", r.threads, r.test, r.rlx, anchor, ratio);
+        println!("{:>7}  {:<9} {:>12.1} {:>16} {:>8}", r.threads, r.test, r.rlx, anchor, ratio);
     }
     println!();
     let mib = |kib: u64| kib as f64 / 1024.0;

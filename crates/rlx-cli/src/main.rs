@@ -21,6 +21,11 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Print where CPU time went when the command ends: per step kind and per kernel,
+    /// calls, time, share, GFLOP/s and GB/s, and the time between kernels (as does
+    /// RLX_PROFILE=1).
+    #[arg(long, global = true)]
+    profile: bool,
 }
 
 /// Which model and how to run it (shared by `generate` and `chat`).
@@ -315,6 +320,10 @@ enum Command {
         /// Concurrent clients for `serve`, comma-separated.
         #[arg(long, default_value = "1,4,8", value_delimiter = ',')]
         clients: Vec<usize>,
+        /// For `llm`, also decode this many sequences together (`tg128 xN`: one batched
+        /// step advances all, as `rlx serve` decodes), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        batch: Vec<usize>,
         /// Tokens per request for `serve`.
         #[arg(long, default_value_t = 64)]
         tokens: usize,
@@ -343,6 +352,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    if cli.profile {
+        rlx::runtime::cpu::profile::set_enabled(true);
+    }
     let result = match cli.command {
         Command::Inspect { graph } if graph.extension().is_some_and(|e| e == "gguf") => llm::inspect_gguf(&graph),
         Command::Inspect { graph } if onnx::is_onnx(&graph) => onnx::inspect(&graph),
@@ -415,8 +427,8 @@ fn main() -> ExitCode {
             Some(path) => onnx::bench(&path, &shapes, &threads, runs.max(1)),
             None => Err(rlx::Error::input("rlx bench onnx needs a model: rlx bench onnx MODEL.onnx --shape NAME=AxB")),
         },
-        Command::Bench { what, model, threads, llama_cpp, device, .. } if what == "llm" => {
-            Device::from_name(&device).and_then(|d| llm::bench_llm(model.as_deref(), &threads, llama_cpp, d))
+        Command::Bench { what, model, threads, llama_cpp, device, batch, .. } if what == "llm" => {
+            Device::from_name(&device).and_then(|d| llm::bench_llm(model.as_deref(), &threads, &batch, llama_cpp, d))
         }
         Command::Bench { what, model, threads, llama_cpp, clients, tokens, rounds, .. } if what == "serve" => {
             llm::bench_serve(model, &threads, llama_cpp, clients, tokens, rounds)
@@ -424,6 +436,11 @@ fn main() -> ExitCode {
         Command::Bench { what, device, .. } if device == "gpu" => bench::bench_gpu(&what),
         Command::Bench { what, .. } => bench::bench(&what),
     };
+    if rlx::runtime::cpu::profile::enabled()
+        && let Some(report) = rlx::runtime::cpu::profile::report()
+    {
+        eprint!("{report}");
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

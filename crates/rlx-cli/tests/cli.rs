@@ -102,6 +102,16 @@ fn run_reproduces_the_api_bit_for_bit() {
         &format!("w={wa}"),
     ]);
     assert!(o.status.success() && stdout(&o).contains("output 2: i64[3]"), "{}", stdout(&o));
+    // --profile (or RLX_PROFILE=1) adds where the time went, on stderr.
+    let (x_arg, ids_arg, w_arg) = (format!("x={xa}"), format!("ids={ia}"), format!("w={wa}"));
+    let args = ["run", graph_path.to_str().unwrap(), "--input", &x_arg, "--input", &ids_arg, "--param", &w_arg];
+    let flag = rlx(&[&args[..], &["--profile"]].concat());
+    let env = Command::new(env!("CARGO_BIN_EXE_rlx")).args(args).env("RLX_PROFILE", "1").output().unwrap();
+    for o in [flag, env] {
+        let report = stderr(&o);
+        assert!(o.status.success() && report.contains("cli_net: 1 runs") && report.contains("matmul"), "{report}");
+    }
+    assert!(!stderr(&rlx(&args)).contains("RLX_PROFILE"));
 }
 
 #[test]
@@ -457,6 +467,8 @@ fn llm_commands_fail_cleanly() {
     assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
     let o = rlx(&["bench", "llm", "--model", &missing]);
     assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
+    let o = rlx(&["bench", "llm", "--batch", "4,0"]);
+    assert!(!o.status.success() && stderr(&o).contains("--batch 0"), "{}", stderr(&o));
     let o = rlx(&["quantize", &missing, "out.gguf", "--type", "q4_k"]);
     assert!(!o.status.success() && stderr(&o).contains("nope.gguf"), "{}", stderr(&o));
     let o = rlx(&["quantize", &missing, "out.gguf", "--type", "q3_xs"]);

@@ -10,7 +10,7 @@ pub mod backend;
 pub mod cpu {
     pub use rlx_cpu::features::{Arm, Features, features};
     pub use rlx_cpu::threads::default_threads;
-    pub use rlx_cpu::{bench, kernel_arms};
+    pub use rlx_cpu::{bench, kernel_arms, profile};
 }
 pub mod memory;
 mod session;

@@ -14,6 +14,7 @@ pub mod buffer;
 pub mod features;
 pub mod kernels;
 pub mod param;
+pub mod profile;
 mod program;
 pub mod threads;
 pub mod vmath;

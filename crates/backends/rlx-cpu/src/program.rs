@@ -22,6 +22,7 @@ use rlx_compile::{CompileOptions, Compiled, Kernel as StepKernel, Target, ValueK
 use rlx_ir::shape::{fmt_type, numel};
 use rlx_ir::{BinaryOp, CompareOp, DType, Error, Graph, HostTensor, MaskKind, Op, Result, TensorRef, Unary};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A kernel call with everything shape-dependent worked out at compile time.
 #[derive(Clone, Debug)]
@@ -120,6 +121,8 @@ pub struct CpuProgram {
     /// the pool and back costs more than the work).
     inline: bool,
     compiled: Compiled,
+    /// The graph's name: the profiler's key ([`crate::profile`]).
+    name: String,
 }
 
 impl CpuProgram {
@@ -214,6 +217,7 @@ impl CpuProgram {
             threads,
             pool: crate::threads::pool(threads)?,
             compiled,
+            name: graph.name().to_string(),
         })
     }
 
@@ -332,6 +336,7 @@ impl CpuProgram {
 
     /// Runs with one tensor per input, in [`CpuProgram::inputs`] order, each of its declared type.
     pub fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
+        let started = crate::profile::enabled().then(Instant::now);
         if inputs.len() != self.inputs.len() {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
         }
@@ -360,12 +365,16 @@ impl CpuProgram {
         }
         let pool = self.pool.clone();
         let (thunks, bases) = (&self.thunks, &self.bases);
+        let mut timeline = started.map(|_| Timeline::default());
+        let entered = started.map(|_| Instant::now());
         if self.inline {
-            crate::threads::inline(|| execute_all(thunks, bases))?;
+            crate::threads::inline(|| execute_all(thunks, bases, timeline.as_mut()))?;
         } else {
-            pool.install(|| execute_all(thunks, bases))?;
+            pool.install(|| execute_all(thunks, bases, timeline.as_mut()))?;
         }
-        self.outputs
+        let left = started.map(|_| Instant::now());
+        let outputs = self
+            .outputs
             .iter()
             .map(|(slot, dtype, dims)| {
                 let src = if slot.base == 0 {
@@ -377,7 +386,58 @@ impl CpuProgram {
                 };
                 read_host(src, slot.class, *dtype, dims)
             })
-            .collect()
+            .collect();
+        if let (Some(started), Some(entered), Some(left), Some(timeline)) = (started, entered, left, timeline) {
+            self.record_profile(started, entered, left, timeline);
+        }
+        outputs
+    }
+
+    /// Adds a profiled run to [`crate::profile`]'s table.
+    fn record_profile(&self, started: Instant, entered: Instant, left: Instant, timeline: Timeline) {
+        let wall = started.elapsed();
+        let inside = match (timeline.first, timeline.last) {
+            (Some(first), Some(last)) => last - first,
+            _ => Duration::ZERO,
+        };
+        let kernels: Duration = timeline.nodes.iter().map(|n| n.time).sum();
+        let pooled = left - entered;
+        let run = crate::profile::RunTime {
+            wall,
+            copies: wall.saturating_sub(pooled),
+            handoff: pooled.saturating_sub(inside),
+            gaps: inside.saturating_sub(kernels),
+        };
+        let labels: Vec<&str> = self.thunks.iter().map(|t| t.label.as_str()).collect();
+        crate::profile::record(&self.name, &labels, &timeline.nodes, &run);
+    }
+}
+
+/// A profiled run's kernel calls, in order.
+#[derive(Default)]
+struct Timeline {
+    nodes: Vec<crate::profile::NodeTime>,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// (FLOPs, bytes) a kernel call must at least do and touch (see [`crate::profile`]).
+fn work(t: &Thunk, ins: &Args) -> (f64, f64) {
+    let size = |slots: &[TSlot]| slots.iter().map(|s| s.bytes() as f64).sum::<f64>();
+    let touched = size(&t.ins) + size(&t.outs);
+    match &t.kernel {
+        Kernel::MatMul(p) | Kernel::MatMulBias { plan: p, .. } | Kernel::SwiGluMatMul(p) => (p.flops(), touched),
+        Kernel::DequantMatMul(p) => (2.0 * (p.m * p.k * p.n) as f64, touched),
+        Kernel::Attention(p) => {
+            let len = if p.causal_len { ins.index(3, 0).map_or(p.skv, |l| l as usize) } else { p.skv };
+            let cache_elem = ins.slot(1).map_or(4, |s| s.class.size_bytes()) as f64;
+            let rows = (p.b * p.hkv * len * (p.d + p.dv)) as f64;
+            let flops = 2.0 * (p.b * p.hq * p.sq * len * (p.d + p.dv)) as f64;
+            (flops, rows * cache_elem + size(&t.ins[..1]) + size(&t.outs[..1]))
+        }
+        // The new rows read and written into the cache.
+        Kernel::KvAppend(_) => (0.0, 2.0 * size(&t.ins[1..2])),
+        _ => (0.0, touched),
     }
 }
 
@@ -402,14 +462,26 @@ fn leaf_name(label: &str) -> &str {
     label.split('\'').nth(1).unwrap_or(label)
 }
 
-fn execute_all(thunks: &[Thunk], bases: &[BufPtr]) -> Result<()> {
+/// Runs every kernel call in order; with a `timeline` (profiling), times each.
+fn execute_all(thunks: &[Thunk], bases: &[BufPtr], mut timeline: Option<&mut Timeline>) -> Result<()> {
     for t in thunks {
         // SAFETY: the slots come from a plan `check_plan` verified: inside their buffers
         // (the arena, owned by the program, or param buffers, each live and either
         // read-only, unshared, or locked for this run), and the outputs disjoint from the
         // inputs unless `in_place`, where the kernel uses raw pointers for the aliased pair.
         let (ins, mut out) = unsafe { (Args::new(bases, &t.ins, &t.outs), Out::new(bases, &t.outs)) };
-        execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?;
+        match timeline.as_deref_mut() {
+            None => execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?,
+            Some(timeline) => {
+                let start = Instant::now();
+                execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?;
+                let end = Instant::now();
+                let (flops, bytes) = work(t, &ins);
+                timeline.nodes.push(crate::profile::NodeTime { time: end - start, flops, bytes });
+                timeline.first.get_or_insert(start);
+                timeline.last = Some(end);
+            }
+        }
         // Widened half outputs are rounded to their type (a packed one, a KV cache
         // appended in place, holds half values already).
         for (k, &dtype) in t.out_dtypes.iter().enumerate() {

@@ -239,3 +239,43 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
         }
     }
 }
+
+/// Every arm's activation quantizer gives the portable loop's bits (values, scales, sums,
+/// both layouts), on blocks of random values, exact halves, denormals, zeros, NaN, inf and
+/// huge values; the halves round away from zero, a block holding NaN or inf gives zeros.
+#[test]
+fn every_arm_quantizes_activations_to_the_portable_bits() {
+    use rlx_cpu::kernels::quant_matmul::{QuantizeFn, quantize_kernel, quantize_q8_row};
+    let mut rng = Rng::new(5);
+    let mut blocks: Vec<Vec<f32>> = (0..40).map(|_| (0..32).map(|_| rng.uniform(-3.0, 3.0) as f32).collect()).collect();
+    // amax 127: the scale is 1, so these products are exactly the values below.
+    let mut halves: Vec<f32> = vec![127.0, -2.5, 2.5, -0.5, 0.5, 1.5, -126.5, 0.49999997, -0.49999997, 3.4999998];
+    halves.resize(32, -0.0);
+    blocks.push(halves);
+    blocks.push(vec![0.0; 32]);
+    blocks.push((0..32).map(|i| f32::from_bits(i + 1) * if i % 2 == 0 { 1.0 } else { -1.0 }).collect());
+    blocks.push((0..32).map(|i| if i == 7 { f32::NAN } else { i as f32 }).collect());
+    blocks.push((0..32).map(|i| if i == 30 { f32::NEG_INFINITY } else { i as f32 }).collect());
+    blocks.push((0..32).map(|i| 1e30 * (i as f32 - 15.5)).collect());
+    // A denormal scale: its inverse overflows to inf, the products are +-inf (or 0 * inf).
+    blocks.push((0..32).map(|i| 6.5e-40 * (i as f32 - 15.5)).collect());
+    blocks.push((0..32).map(|i| if i == 3 { 0.0 } else { 1e-38 }).collect());
+    let x: Vec<f32> = blocks.concat();
+    let nb = blocks.len();
+    let quantize = |f: QuantizeFn, pairs: bool| {
+        let (mut q, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0f32; nb]);
+        f(&x, &mut q, &mut d, &mut s, pairs);
+        (q, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), s.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+    };
+    let (q, _, _) = quantize(quantize_q8_row, false);
+    let at = |b: usize| &q[b * 32..][..32];
+    assert_eq!(&at(40)[..10], &[127, -3, 3, -1, 1, 2, -127, 0, 0, 3]);
+    assert!(at(41).iter().chain(at(43)).chain(at(44)).all(|&v| v == 0));
+    assert_eq!((at(46)[0], at(46)[31], at(47)[3], at(47)[4]), (-128, 127, 0, 127));
+    for pairs in [false, true] {
+        let want = quantize(quantize_q8_row, pairs);
+        for arm in Arm::available() {
+            assert!(quantize(quantize_kernel(arm), pairs) == want, "{arm:?} pairs {pairs}: bits differ");
+        }
+    }
+}

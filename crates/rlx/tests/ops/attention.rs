@@ -85,6 +85,10 @@ fn attention_matches_reference() {
         (1, 6, 2, 1, 12, 8, 8, M::CausalLen(5), None),
         (1, 3, 1, 4, 9, 8, 4, M::CausalLen(4), None),
         (1, 3, 3, 3, 9, 4, 4, M::CausalLen(9), Some(0.5)),
+        // Decode steps past one 16-lane accumulator (tails of 4 and 1), and one with
+        // enough work (40 heads x 1000 keys x 128) to split its heads across threads.
+        (1, 8, 2, 1, 40, 20, 17, M::CausalLen(33), None),
+        (1, 40, 8, 1, 1100, 64, 64, M::CausalLen(1000), None),
         // Past one 64-row block of queries, on enough work to run in parallel.
         (1, 3, 1, 70, 80, 16, 16, M::CausalLen(75), None),
         (1, 2, 2, 130, 130, 8, 8, M::Causal, None),

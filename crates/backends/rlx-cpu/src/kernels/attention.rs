@@ -4,7 +4,8 @@
 //! around a row softmax: `S = Q Kᵀ` over the keys the block can see, scale + mask + softmax
 //! in place, `O = P V` written straight into the output. The scalar loop this replaced
 //! spent ~3 s of a 512-token SmolLM2 prefill in attention; f64 keeps the plain loop (the
-//! exact reference path).
+//! exact reference path). One query row per head (a decode step) skips the GEMM calls:
+//! dots, softmax and the weighted sum of V rows run as three vector loops per head.
 
 use super::matmul::Gemm;
 use super::rows;
@@ -38,8 +39,11 @@ pub struct AttentionPlan {
 /// Query rows per task: S for 64 rows of a 2048-key cache is 512 KiB, inside L2.
 const ROW_BLOCK: usize = 64;
 
-/// Multiply-adds below which attention stays on one thread.
-const MIN_PARALLEL_MACS: usize = 1 << 16;
+/// Multiply-adds below which attention stays on one thread. A SmolLM2 decode step
+/// (9 heads x ~100 keys x 128 = 115K) cost 35 us split across 2 threads and 25 us on one
+/// (8 rows a step, AMD EPYC): waking the other worker costs more than it saves up to
+/// millions of multiply-adds.
+const MIN_PARALLEL_MACS: usize = 1 << 22;
 
 impl AttentionPlan {
     pub fn new(
@@ -173,6 +177,9 @@ fn attention_f32(
         return;
     }
     let scale = p.scale as f32;
+    if p.sq == 1 && bias.is_none() {
+        return decode_heads(p, len, arm, q, k, v, out);
+    }
     // Rows `r0..r0 + o.len() / dv` of query head `bh`: together they see keys
     // `lo..hi`, row `i` the part `first_visible(i)..visible(i)` of it.
     let block = |bh: usize, r0: usize, o: &mut [f32]| {
@@ -226,6 +233,68 @@ fn attention_f32(
     } else {
         for (bh, head) in out.chunks_mut(head_out).enumerate() {
             head.chunks_mut(ROW_BLOCK * dv).enumerate().for_each(|(blk, o)| block(bh, blk * ROW_BLOCK, o));
+        }
+    }
+}
+
+/// [`attention_f32`] for one query row per head: per head, the scaled dots with the keys
+/// it sees, their softmax, and the probability-weighted sum of the V rows.
+fn decode_heads(p: &AttentionPlan, len: usize, arm: Arm, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]) {
+    let (d, dv, group) = (p.d, p.dv, p.hq / p.hkv);
+    let (first, visible) = (p.first_visible(0, len), p.visible(0, len));
+    let keys = visible - first;
+    let scale = p.scale as f32;
+    let head = |bh: usize, o: &mut [f32]| {
+        if keys == 0 {
+            o.fill(0.0); // no keys: the empty sum
+            return;
+        }
+        let (b, h) = (bh / p.hq, bh % p.hq);
+        let kv = (b * p.hkv + h / group) * p.skv + first;
+        crate::threads::with_scratch::<f32, _>(2 * keys, |scratch| {
+            let (scores, probs) = scratch.split_at_mut(keys);
+            scaled_dots(arm, &q[bh * d..][..d], &k[kv * d..][..keys * d], scale, scores);
+            rows::softmax_rows(arm, scores, probs, keys);
+            weighted_rows(arm, probs, &v[kv * dv..][..keys * dv], o);
+        })
+    };
+    if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_PARALLEL_MACS {
+        out.par_chunks_mut(dv).enumerate().for_each(|(bh, o)| head(bh, o));
+    } else {
+        out.chunks_mut(dv).enumerate().for_each(|(bh, o)| head(bh, o));
+    }
+}
+
+/// Lanes of the decode loops' accumulators (one AVX-512 register; fewer registers per
+/// step on the narrower arms, the same sums in the same order).
+const LANES: usize = 16;
+
+crate::multiversion! {
+    /// `scores[j] = (q . k_j) * scale` for the rows `k_j` of `k`, each `q.len()` long.
+    fn scaled_dots(q: &[f32], k: &[f32], scale: f32, scores: &mut [f32]) {
+        let d = q.len();
+        for (s, row) in scores.iter_mut().zip(k.chunks_exact(d)) {
+            let mut acc = [0f32; LANES];
+            let (mut qs, mut ks) = (q.chunks_exact(LANES), row.chunks_exact(LANES));
+            for (a, b) in (&mut qs).zip(&mut ks) {
+                for l in 0..LANES {
+                    acc[l] += a[l] * b[l];
+                }
+            }
+            let tail = qs.remainder().iter().zip(ks.remainder()).fold(0.0, |t, (a, b)| t + a * b);
+            *s = (acc.iter().sum::<f32>() + tail) * scale;
+        }
+    }
+}
+
+crate::multiversion! {
+    /// `out = sum_j probs[j] v_j` over the rows `v_j` of `v`, each `out.len()` long.
+    fn weighted_rows(probs: &[f32], v: &[f32], out: &mut [f32]) {
+        out.fill(0.0);
+        for (&pj, row) in probs.iter().zip(v.chunks_exact(out.len())) {
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o += pj * x;
+            }
         }
     }
 }

@@ -41,6 +41,11 @@ pub struct MatMulPlan {
 const MIN_PARALLEL_MACS: usize = 1 << 18;
 
 impl MatMulPlan {
+    /// Multiply-adds times 2, over every batch entry.
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.m * self.k * self.n * self.batches.len()) as f64
+    }
+
     /// Plan for operands stored with dims `a` and `b`; `ta` / `tb` say an operand is stored
     /// as the transpose (last two axes swapped) of what the product reads.
     pub fn new(a: &[usize], b: &[usize], out: &[usize], ta: bool, tb: bool, threads: usize) -> MatMulPlan {

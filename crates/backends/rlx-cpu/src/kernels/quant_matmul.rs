@@ -237,6 +237,22 @@ pub fn quantize_q8_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], pa
     }
 }
 
+/// [`quantize_q8_row`] or a vector arm of it (the same bits).
+pub type QuantizeFn = fn(&[f32], &mut [i8], &mut [f32], &mut [f32], bool);
+
+/// The activation quantizer for `arm`: on AVX-512 one block of 32 per few instructions,
+/// where the portable loop pays a `roundf` call per value (it ran serially before every
+/// 8-bit matmul: ~150K values a SmolLM2 token and row).
+pub fn quantize_kernel(arm: Arm) -> QuantizeFn {
+    #[cfg(target_arch = "x86_64")]
+    if arm >= Arm::Avx512 && features().has_avx512() {
+        // SAFETY: the features were just checked.
+        return |x, q, d, s, pairs| unsafe { x86::quantize_q8_row_avx512(x, q, d, s, pairs) };
+    }
+    let _ = arm;
+    quantize_q8_row
+}
+
 fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
@@ -252,9 +268,10 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
         // SAFETY: i8 has alignment 1 and every bit pattern is valid; `bytes` holds
         // at least m * k bytes.
         let q = unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<i8>(), m * k) };
+        let quantize = quantize_kernel(arm);
         for i in 0..m {
             let (qi, di, si) = (&mut q[i * k..][..k], &mut d[i * nb..][..nb], &mut s[i * nb..][..nb]);
-            quantize_q8_row(&x[i * k..][..k], qi, di, si, layout == Layout::NibblePairs);
+            quantize(&x[i * k..][..k], qi, di, si, layout == Layout::NibblePairs);
         }
         for ((ds, &d), &s) in ds.chunks_exact_mut(2).zip(&*d).zip(&*s) {
             ds.copy_from_slice(&[d, c * s]);
@@ -558,8 +575,62 @@ mod x86 {
     //! `[d_act, c * s_act]` (`Q8Row::ds`) gives both blocks' scale (lanes 0, 2) and scalar
     //! term (lanes 1, 3) at once, so nothing per block runs in scalar code.
 
-    use super::{Q8Row, QuantScheme, block_term};
+    use super::{Layout, Q8_BLOCK, Q8Row, QuantScheme, block_term, halves};
     use std::arch::x86_64::*;
+
+    /// [`super::quantize_q8_row`] on AVX-512, bit for bit: the block's largest magnitude
+    /// (NaN if any value is NaN), the scale and its inverse in the same scalar operations,
+    /// then per value the product rounded half away from zero (truncate, then step away
+    /// when the dropped part is at least 1/2: exact, as `f32::round`), a NaN product
+    /// giving 0 (as `NaN as i8`), and a saturating narrowing to i8.
+    ///
+    /// # Safety
+    /// The host has AVX-512 F/BW/VL/DQ; `x.len()` is a multiple of 32; `q` holds
+    /// `x.len()` values, `d` and `s` one per block.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq")]
+    pub unsafe fn quantize_q8_row_avx512(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], pairs: bool) {
+        let layout = if pairs { Layout::NibblePairs } else { Layout::Natural };
+        let nb = x.len() / Q8_BLOCK;
+        assert!(q.len() >= nb * Q8_BLOCK && d.len() >= nb && s.len() >= nb);
+        // SAFETY: every load reads a block of `x` and every store writes 16 bytes at a
+        // block half of `q` (sizes checked above); the caller has the features.
+        unsafe {
+            let half = _mm512_set1_ps(0.5);
+            let one = _mm512_set1_ps(1.0);
+            let sign = _mm512_set1_epi32(i32::MIN);
+            for b in 0..nb {
+                let xs =
+                    [_mm512_loadu_ps(x.as_ptr().add(b * Q8_BLOCK)), _mm512_loadu_ps(x.as_ptr().add(b * Q8_BLOCK + 16))];
+                let unordered =
+                    _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(xs[0], xs[0]) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(xs[1], xs[1]);
+                let amax = if unordered != 0 {
+                    f32::NAN
+                } else {
+                    _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(xs[0]), _mm512_abs_ps(xs[1])))
+                };
+                let scale = amax / 127.0;
+                let inv = _mm512_set1_ps(if scale != 0.0 { 1.0 / scale } else { 0.0 });
+                let (lo, hi) = halves(layout, b, nb);
+                let mut sum = _mm512_setzero_si512();
+                for (h, at) in [(0, lo), (1, hi)] {
+                    let v = _mm512_mul_ps(xs[h], inv);
+                    let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+                    let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(_mm512_sub_ps(v, t)), half);
+                    let step = _mm512_or_ps(one, _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), sign)));
+                    let r = _mm512_mask_add_ps(t, away, t, step);
+                    // Saturated as `as i8` does: |r| <= 127 but where the inverse scale
+                    // overflows (a denormal scale), and there the product is +-inf.
+                    let r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.0)), _mm512_set1_ps(127.0));
+                    let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v);
+                    let n = _mm512_maskz_cvtps_epi32(ordered, r);
+                    sum = _mm512_add_epi32(sum, n);
+                    _mm_storeu_si128(q.as_mut_ptr().add(at) as *mut __m128i, _mm512_cvtsepi32_epi8(n));
+                }
+                d[b] = scale;
+                s[b] = scale * _mm512_reduce_add_epi32(sum) as f32;
+            }
+        }
+    }
 
     /// Q5_0 and Q4_K rows whose quants are unsigned (Q5_0's `q` before its `- 16`, Q4_K's
     /// `q` under the sub-block min): 32 weights a `vpdpbusd` against the activation block,
