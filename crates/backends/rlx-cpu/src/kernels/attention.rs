@@ -5,8 +5,11 @@
 //! in place, `O = P V` written straight into the output. The scalar loop this replaced
 //! spent ~3 s of a 512-token SmolLM2 prefill in attention; f64 keeps the plain loop (the
 //! exact reference path). One query row per head (a decode step) skips the GEMM calls:
-//! dots, softmax and the weighted sum of V rows run as three vector loops per head.
+//! dots, softmax and the weighted sum of V rows run as three vector loops per head. A
+//! packed half cache is widened by half_gemm's converters (F16C inline; `half`'s slice
+//! conversion made an out-of-line call per 8 values: 4% of an 8-row SmolLM2 decode step).
 
+use super::half_gemm;
 use super::matmul::Gemm;
 use super::rows;
 use crate::arena::{Args, Out, out_mut};
@@ -145,49 +148,19 @@ fn widen_kv<'w>(p: &AttentionPlan, len: usize, ins: &Args, wide: &'w mut Vec<f32
             Class::F16 => {
                 let src: &[half::f16] = ins.get(operand)?;
                 for (d, s) in dst.chunks_exact_mut(rows).zip(src.chunks_exact(rows)) {
-                    widen_f16(&s[..filled], &mut d[..filled]);
+                    half_gemm::widen_f16(&s[..filled], &mut d[..filled]);
                 }
             }
             Class::BF16 => {
                 let src: &[half::bf16] = ins.get(operand)?;
                 for (d, s) in dst.chunks_exact_mut(rows).zip(src.chunks_exact(rows)) {
-                    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&s[..filled], &mut d[..filled]);
+                    half_gemm::widen_bf16(&s[..filled], &mut d[..filled]);
                 }
             }
             other => return Err(Error::internal(format!("attention: K/V storage {other:?} with a half cache"))),
         }
     }
     Ok((&k[..kn], &v[..vn]))
-}
-
-/// `dst = src` widened. AVX-512's `vcvtph2ps` takes 16 a call; `half`'s slice conversion
-/// 8 per out-of-line call (4% of a SmolLM2 8-row decode step's samples in `perf`).
-fn widen_f16(src: &[half::f16], dst: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::features::features().has_avx512() {
-        // SAFETY: AVX-512 F was just detected.
-        return unsafe { widen_f16_avx512(src, dst) };
-    }
-    half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, dst);
-}
-
-/// # Safety
-/// The host has AVX-512 F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn widen_f16_avx512(src: &[half::f16], dst: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let n = src.len().min(dst.len());
-    let mut i = 0;
-    // SAFETY: every access is inside the first `n` elements of both slices.
-    unsafe {
-        while i + 16 <= n {
-            let h = _mm256_loadu_si256(src.as_ptr().add(i) as *const __m256i);
-            _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
-            i += 16;
-        }
-    }
-    half::slice::HalfFloatSliceExt::convert_to_f32_slice(&src[i..n], &mut dst[i..n]);
 }
 
 #[allow(clippy::too_many_arguments)]
