@@ -359,12 +359,6 @@ impl Llama {
         self.build(StepShape::Sequence { n, first, hidden: false }, q8)
     }
 
-    /// The graph of `n` tokens whose output is the last hidden state of each, after the
-    /// final norm (what the output head reads), `[1, n, d_model]`: what embeddings pool.
-    pub fn build_graph_hidden(&self, n: usize) -> Result<Graph> {
-        self.build(StepShape::Sequence { n, first: 0, hidden: true }, false)
-    }
-
     /// The graph of one decode step for `rows` sequences at once: input `x` (`[1, rows,
     /// d_model]`, row `r` the token of sequence `r`) and `pos` (`i32[rows]`, each row's
     /// position in its own cache, params `cache_k.{layer}.{row}`); output the logits of
