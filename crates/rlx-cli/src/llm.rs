@@ -363,13 +363,25 @@ pub fn quantize(input: &Path, output: &Path, kind: &str) -> Result<()> {
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} tensors {msg}")
             .map_err(|e| Error::internal(e.to_string()))?,
     );
-    let result = rlx::models::quantize::quantize(&gguf, to, |i, _, name| {
+    // Written beside OUT and renamed at the end: a failure leaves no half file, and OUT
+    // may be IN (whose bytes stay mapped until the rename).
+    let part = output
+        .with_file_name(format!(".{}.part", output.file_name().map_or("quantized".into(), |n| n.to_string_lossy())));
+    let io = |e: std::io::Error, p: &Path| Error::io(format!("{}: {e}", p.display()));
+    let file = std::fs::File::create(&part).map_err(|e| io(e, &part))?;
+    let result = rlx::models::quantize::quantize(&gguf, to, std::io::BufWriter::new(file), |i, _, name| {
         progress.set_position(i as u64);
         progress.set_message(name.to_string());
     });
     progress.finish_and_clear();
-    let (bytes, report) = result.map_err(|e| e.context(input.display()))?;
-    std::fs::write(output, &bytes).map_err(|e| Error::io(format!("{}: {e}", output.display())))?;
+    let report = match result {
+        Ok((_, report)) => report,
+        Err(e) => {
+            let _ = std::fs::remove_file(&part);
+            return Err(e.context(input.display()));
+        }
+    };
+    std::fs::rename(&part, output).map_err(|e| io(e, output))?;
     let types: Vec<String> = report.by_type.iter().map(|(t, n)| format!("{n} {t}")).collect();
     println!(
         "{} -> {} ({kind}): {:.1} MiB of tensors -> {:.1} MiB; {}, {} kept as they were; {:.1} s",

@@ -186,3 +186,24 @@ fn request_options_that_cannot_apply_are_errors() {
     assert!(plain.status.success() && stopped.status.success(), "{}", stderr(&stopped));
     assert_eq!(plain.stdout, stopped.stdout);
 }
+
+/// `rlx quantize` streams into a file beside OUT and renames it at the end: OUT may be
+/// IN itself, and a failure leaves nothing behind.
+#[test]
+fn quantize_replaces_its_input_or_leaves_nothing() {
+    let dir = scratch("quantize");
+    let model = dir.join("tiny.gguf");
+    std::fs::write(&model, tiny(LAYERS as u32)).unwrap();
+    let path = model.to_str().unwrap();
+    let o = rlx(&["quantize", path, path, "--type", "q8_0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let g = rlx::gguf::Gguf::open(&model).unwrap();
+    assert_eq!(g.tensor("blk.0.ffn_up.weight").map(|t| t.scheme), Some(QuantScheme::Q8_0));
+    let o = rlx(&["generate", "--model", path, "-p", "QZ", "-n", "2", "--threads", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let missing = dir.join("no/such/dir/out.gguf");
+    let o = rlx(&["quantize", path, missing.to_str().unwrap(), "--type", "q4_0"]);
+    assert!(!o.status.success() && stderr(&o).contains("no/such/dir"), "{}", stderr(&o));
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["tiny.gguf"]);
+}

@@ -16,7 +16,7 @@ mod reader;
 mod writer;
 
 pub use reader::{Gguf, TensorInfo};
-pub use writer::GgufWriter;
+pub use writer::{GgufStream, GgufWriter, TensorHeader};
 
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]

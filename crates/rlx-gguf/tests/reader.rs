@@ -1,6 +1,6 @@
 //! The reader against files this crate writes, the real model, and fuzzed bytes.
 
-use rlx_gguf::{Gguf, GgufWriter, Value};
+use rlx_gguf::{Gguf, GgufStream, GgufWriter, TensorHeader, Value};
 use rlx_ir::quant::{QuantScheme, quantize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +49,35 @@ fn writer_and_reader_round_trip() {
     let q4 = g.dequantize("q4").unwrap();
     assert!(q4.iter().zip(&x).all(|(a, b)| (a - b).abs() < 0.07), "{q4:?}");
     assert!(g.tensor_range(g.tensor("q8").unwrap()).start.is_multiple_of(32));
+}
+
+/// The streaming writer gives the in-memory writer's bytes whatever the pieces, and
+/// refuses a tensor that gets more or fewer bytes than its header says.
+#[test]
+fn streamed_files_equal_the_in_memory_writer() {
+    let whole = sample();
+    let g = parse(whole.clone()).unwrap();
+    let headers: Vec<TensorHeader> = g
+        .tensors
+        .iter()
+        .map(|t| TensorHeader { name: t.name.clone(), dims: t.dims.clone(), scheme: t.scheme })
+        .collect();
+    for piece in [1, 3, 17, 1000] {
+        let mut s = GgufStream::begin(Vec::new(), &g.metadata, &headers).unwrap();
+        for t in &g.tensors {
+            for p in g.tensor_data(t).chunks(piece) {
+                s.write(p).unwrap();
+            }
+        }
+        assert_eq!(s.finish().unwrap(), whole, "pieces of {piece}");
+    }
+    let mut s = GgufStream::begin(Vec::new(), &g.metadata, &headers).unwrap();
+    let e = s.write(&[0u8; 33]).unwrap_err().to_string();
+    assert!(e.contains("'f'") && e.contains("33") && e.contains("32"), "{e}");
+    s.write(&[0u8; 32]).unwrap();
+    s.write(&[0u8; 5]).unwrap();
+    let e = s.finish().unwrap_err().to_string();
+    assert!(e.contains("'q4'") && e.contains("5 of its 40"), "{e}");
 }
 
 #[test]

@@ -13,9 +13,10 @@
 //! Sources may be F32, F16, BF16 or already quantized (decoded to f32 first: quality is
 //! then bounded by the source).
 
-use rlx_gguf::{Gguf, GgufWriter, TensorInfo, Value};
+use rlx_gguf::{Gguf, GgufStream, TensorHeader, TensorInfo, Value};
 use rlx_ir::quant::QuantScheme;
 use rlx_ir::{Error, Result};
+use std::io::Write;
 
 /// A target type of `rlx quantize`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,51 +133,70 @@ pub struct QuantizeReport {
     pub kept: usize,
 }
 
-/// `gguf` with its weights re-encoded as `to`; `on_tensor(i, n, name)` before each.
-pub fn quantize(
+/// Values re-encoded per piece: a tensor is converted a few rows at a time, so
+/// quantizing needs memory for one piece, not for the model (Gemma 3's 262144-row
+/// embedding alone is 640 MiB as f32).
+const PIECE_VALUES: usize = 1 << 20;
+
+/// `gguf` with its weights re-encoded as `to`, written to `out` front to back;
+/// `on_tensor(i, n, name)` before each tensor.
+pub fn quantize<W: Write>(
     gguf: &Gguf,
     to: QuantType,
+    out: W,
     mut on_tensor: impl FnMut(usize, usize, &str),
-) -> Result<(Vec<u8>, QuantizeReport)> {
+) -> Result<(W, QuantizeReport)> {
     let arch = gguf.get("general.architecture").and_then(Value::as_str).unwrap_or("llama").to_string();
     let n_layer = gguf.get(&format!("{arch}.block_count")).and_then(Value::as_u64).ok_or_else(|| {
         Error::parse(format!("gguf: missing '{arch}.block_count' (needed to pick layers for more bits)"))
     })? as usize;
     let tied = gguf.tensor("output.weight").is_none();
-    let mut w = GgufWriter::new();
-    for (key, value) in &gguf.metadata {
-        if key != "general.file_type" && key != "general.quantization_version" {
-            w.metadata(key, value.clone());
-        }
-    }
-    w.metadata("general.quantization_version", Value::U32(2));
-    w.metadata("general.file_type", Value::U32(to.file_type()));
-    let mut report = QuantizeReport::default();
+    let mut metadata: Vec<(String, Value)> = gguf
+        .metadata
+        .iter()
+        .filter(|(k, _)| *k != "general.file_type" && *k != "general.quantization_version")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    metadata.push(("general.quantization_version".into(), Value::U32(2)));
+    metadata.push(("general.file_type".into(), Value::U32(to.file_type())));
     let n_wv = gguf.tensors.iter().filter(|t| t.name.contains("attn_v.weight")).count();
-    let count = gguf.tensors.len();
-    for (i, t) in gguf.tensors.iter().enumerate() {
-        on_tensor(i, count, &t.name);
+    // Each tensor's new type (None: kept as it is).
+    let plan: Vec<Option<QuantScheme>> =
+        gguf.tensors.iter().map(|t| choose(t, to, tied, n_layer, n_wv).filter(|&s| s != t.scheme)).collect();
+    let headers: Vec<TensorHeader> = gguf
+        .tensors
+        .iter()
+        .zip(&plan)
+        .map(|(t, s)| TensorHeader { name: t.name.clone(), dims: t.dims.clone(), scheme: s.unwrap_or(t.scheme) })
+        .collect();
+    let mut stream = GgufStream::begin(out, &metadata, &headers)?;
+    let mut report = QuantizeReport::default();
+    let mut values = Vec::new();
+    for (i, (t, scheme)) in gguf.tensors.iter().zip(&plan).enumerate() {
+        on_tensor(i, gguf.tensors.len(), &t.name);
         let data = gguf.tensor_data(t);
         report.bytes_in += data.len() as u64;
-        let bytes = match choose(t, to, tied, n_layer, n_wv) {
-            Some(scheme) if scheme != t.scheme => {
-                let values = gguf.dequantize(&t.name)?;
-                let out = rlx_ir::quant::quantize(scheme, &values).map_err(|e| e.context(&t.name))?;
-                let len = out.len();
-                w.tensor(&t.name, &t.dims, scheme, out)?;
-                match report.by_type.iter_mut().find(|(n, _)| *n == scheme.name()) {
-                    Some((_, c)) => *c += 1,
-                    None => report.by_type.push((scheme.name(), 1)),
-                }
-                len
-            }
-            _ => {
-                w.tensor(&t.name, &t.dims, t.scheme, data.to_vec())?;
-                report.kept += 1;
-                data.len()
-            }
+        let Some(scheme) = *scheme else {
+            stream.write(data)?;
+            report.kept += 1;
+            report.bytes_out += data.len() as u64;
+            continue;
         };
-        report.bytes_out += bytes as u64;
+        // Whole rows per piece: every block of both encodings lies inside one row.
+        let cols = t.dims[0] as usize;
+        let row_bytes = t.scheme.row_bytes(cols).map_err(|e| e.context(&t.name))?;
+        let rows_per_piece = (PIECE_VALUES / cols.max(1)).max(1);
+        for rows in data.chunks((rows_per_piece * row_bytes).max(1)) {
+            values.resize(rows.len() / row_bytes * cols, 0f32);
+            rlx_ir::quant::dequantize(t.scheme, rows, &mut values).map_err(|e| e.context(&t.name))?;
+            let encoded = rlx_ir::quant::quantize(scheme, &values).map_err(|e| e.context(&t.name))?;
+            report.bytes_out += encoded.len() as u64;
+            stream.write(&encoded)?;
+        }
+        match report.by_type.iter_mut().find(|(n, _)| *n == scheme.name()) {
+            Some((_, c)) => *c += 1,
+            None => report.by_type.push((scheme.name(), 1)),
+        }
     }
-    Ok((w.to_bytes(), report))
+    Ok((stream.finish()?, report))
 }

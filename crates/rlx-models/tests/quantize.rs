@@ -36,7 +36,7 @@ fn quantize_matches_llama_quantize() {
     let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let f32 = f32_copy(&Gguf::open(&model).unwrap());
     for (kind, entry) in fx["types"].as_object().unwrap() {
-        let (bytes, report) = quantize(&f32, QuantType::parse(kind).unwrap(), |_, _, _| {}).unwrap();
+        let (bytes, report) = quantize(&f32, QuantType::parse(kind).unwrap(), Vec::new(), |_, _, _| {}).unwrap();
         let q = Gguf::parse(Arc::new(bytes)).unwrap();
         let want = entry["tensor_types"].as_object().unwrap();
         assert_eq!(q.tensors.len(), want.len(), "{kind}");
