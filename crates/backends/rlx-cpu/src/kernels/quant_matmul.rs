@@ -175,9 +175,12 @@ enum Layout {
     NibblePairs,
 }
 
-fn layout_for(scheme: QuantScheme) -> Layout {
+/// The activation layout `scheme`'s kernels read: Q5_0 pairs its nibbles as Q4_0 does
+/// on the VNNI arm only (the other arms unpack its blocks to element order).
+fn layout_for(scheme: QuantScheme, vnni: bool) -> Layout {
     match scheme {
         QuantScheme::Q4_0 | QuantScheme::Q4_1 => Layout::NibblePairs,
+        QuantScheme::Q5_0 if vnni => Layout::NibblePairs,
         _ => Layout::Natural,
     }
 }
@@ -204,12 +207,14 @@ struct Q8Row<'a> {
 
 /// The factor `c` of a block's scalar term `c * s` that pairs with the weight header's
 /// second f16 (`m` for Q4_1, `d` otherwise) in the vector arms: Q4_1's min times `s`,
-/// Q4_0's `-8 d s` (weights are `q - 8`), Q8_0's `-128 d s` where the VNNI arm biases the
-/// signed weights by +128 (the AVX2 arm does not: 0).
+/// Q4_0's `-8 d s` (weights are `q - 8`), Q5_0's `-16 d s` on the VNNI arm (the others
+/// unpack `q - 16`: 0), Q8_0's `-128 d s` where the VNNI arm biases the signed weights by
+/// +128 (the AVX2 arm does not: 0).
 fn ds_factor(scheme: QuantScheme, vnni: bool) -> f32 {
     match scheme {
         QuantScheme::Q4_1 => 1.0,
         QuantScheme::Q4_0 => -8.0,
+        QuantScheme::Q5_0 if vnni => -16.0,
         QuantScheme::Q8_0 if vnni => -128.0,
         _ => 0.0,
     }
@@ -256,8 +261,8 @@ pub fn quantize_kernel(arm: Arm) -> QuantizeFn {
 fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
-    let layout = layout_for(p.scheme);
     let (dot, vnni) = dot_kernel(p.scheme, arm);
+    let layout = layout_for(p.scheme, vnni);
     let c = ds_factor(p.scheme, vnni);
     // Scratch: the m quantized rows (k bytes each) after 4 * m * nb floats of scales.
     let floats = 4 * m * nb + (m * k).div_ceil(4);
@@ -310,7 +315,7 @@ fn multi_dot_kernel(scheme: QuantScheme, arm: Arm) -> Option<MultiDotFn> {
         let f = features();
         // The same condition as dot_kernel's VNNI arm (which fixes `ds_factor`).
         let vnni = arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c;
-        if vnni && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0) {
+        if vnni && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q8_0) {
             // SAFETY: the features were just checked.
             return Some(|s, w, a, o| unsafe { x86::dot_rows_vnni_multi_avx512(s, w, a, o) });
         }
@@ -323,14 +328,20 @@ fn multi_dot_kernel(scheme: QuantScheme, arm: Arm) -> Option<MultiDotFn> {
 /// is the VNNI arm (which biases Q8_0 weights, see `ds_factor`).
 fn dot_kernel(scheme: QuantScheme, arm: Arm) -> (DotFn, bool) {
     let f = features();
+    #[cfg(target_arch = "x86_64")]
+    if matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q8_0)
+        && arm >= Arm::Avx512
+        && f.has_avx512()
+        && f.avx512vnni
+        && f.f16c
+    {
+        // SAFETY: the features were just checked.
+        return (|s, w, a, o| unsafe { x86::dot_rows_vnni_avx512(s, w, a, o) }, true);
+    }
     match scheme {
         QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0 => {
             #[cfg(target_arch = "x86_64")]
             {
-                if arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
-                    // SAFETY: the features were just checked.
-                    return (|s, w, a, o| unsafe { x86::dot_rows_vnni_avx512(s, w, a, o) }, true);
-                }
                 if arm >= Arm::Avx2 && f.has_avx2_fma() && f.f16c {
                     // SAFETY: the features were just checked.
                     return (|s, w, a, o| unsafe { x86::dot_rows_avx2(s, w, a, o) }, false);
@@ -341,14 +352,9 @@ fn dot_kernel(scheme: QuantScheme, arm: Arm) -> (DotFn, bool) {
         }
         QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K => {
             #[cfg(target_arch = "x86_64")]
-            if matches!(scheme, QuantScheme::Q5_0 | QuantScheme::Q4K)
-                && arm >= Arm::Avx512
-                && f.has_avx512()
-                && f.avx512vnni
-                && f.f16c
-            {
+            if scheme == QuantScheme::Q4K && arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
                 // SAFETY: the features were just checked.
-                return (|s, w, a, o| unsafe { x86::dot_rows_unsigned_vnni_avx512(s, w, a, o) }, true);
+                return (|_, w, a, o| unsafe { x86::dot_rows_q4k_vnni_avx512(w, a, o) }, true);
             }
             match arm.min(Arm::best()) {
                 #[cfg(target_arch = "x86_64")]
@@ -523,10 +529,11 @@ fn nibble_isum(qs: &[u8], a: &[i8], lo: usize, hi: usize) -> i32 {
     sum
 }
 
-/// `(weights, block)`'s contribution for Q4_0 / Q4_1 / Q8_0, from the block's bytes.
+/// `(weights, block)`'s contribution for Q4_0 / Q4_1 / Q8_0 (and Q5_0 as the VNNI arm's
+/// last odd block), from the block's bytes; the activations are laid out as `layout`.
 #[inline(always)]
-fn block_term(scheme: QuantScheme, wb: &[u8], a: &Q8Row, b: usize, nb: usize) -> f32 {
-    let (lo, hi) = halves(layout_for(scheme), b, nb);
+fn block_term(scheme: QuantScheme, layout: Layout, wb: &[u8], a: &Q8Row, b: usize, nb: usize) -> f32 {
+    let (lo, hi) = halves(layout, b, nb);
     match scheme {
         QuantScheme::Q4_0 => {
             // w = d (q - 8): sum = d da (sum q qa) - 8 d (da sum qa).
@@ -538,6 +545,18 @@ fn block_term(scheme: QuantScheme, wb: &[u8], a: &Q8Row, b: usize, nb: usize) ->
             let (dw, mw) = (f16_at(wb, 0), f16_at(wb, 2));
             dw * a.d[b] * nibble_isum(&wb[4..20], a.q, lo, hi) as f32 + mw * a.s[b]
         }
+        QuantScheme::Q5_0 => {
+            // w = d (q + 16 h - 16): the fifth bits' products added to the nibbles'.
+            let dw = f16_at(wb, 0);
+            let qh = u32::from_le_bytes([wb[2], wb[3], wb[4], wb[5]]);
+            let high: i32 = (0..16)
+                .map(|j| {
+                    16 * (((qh >> j) & 1) as i32 * a.q[lo + j] as i32
+                        + ((qh >> (j + 16)) & 1) as i32 * a.q[hi + j] as i32)
+                })
+                .sum();
+            dw * a.d[b] * (nibble_isum(&wb[6..22], a.q, lo, hi) + high) as f32 - 16.0 * dw * a.s[b]
+        }
         _ => {
             let dw = f16_at(wb, 0);
             let isum: i32 = wb[2..34].iter().zip(&a.q[b * 32..][..32]).map(|(&w, &x)| w as i8 as i32 * x as i32).sum();
@@ -548,7 +567,7 @@ fn block_term(scheme: QuantScheme, wb: &[u8], a: &Q8Row, b: usize, nb: usize) ->
 
 fn dot_portable(scheme: QuantScheme, w: &[u8], a: &Q8Row) -> f32 {
     let (bb, nb) = (scheme.block_bytes(), a.d.len());
-    (0..nb).map(|b| block_term(scheme, &w[b * bb..][..bb], a, b, nb)).sum()
+    (0..nb).map(|b| block_term(scheme, layout_for(scheme, false), &w[b * bb..][..bb], a, b, nb)).sum()
 }
 
 /// Any scheme: each weight block decoded to f32, dotted with the dequantized activations.
@@ -632,58 +651,43 @@ mod x86 {
         }
     }
 
-    /// Q5_0 and Q4_K rows whose quants are unsigned (Q5_0's `q` before its `- 16`, Q4_K's
-    /// `q` under the sub-block min): 32 weights a `vpdpbusd` against the activation block,
-    /// the offsets through the blocks' activation sums (`Q8Row::s`). Q5_0's fifth bits come
-    /// from a mask register (`qh` as 32 lane bits). Gemma 3 270M decode, 1 thread (AMD
-    /// EPYC): 40 tok/s with the `vpmaddwd` path, 51 with this one.
+    /// Q4_K rows, whose quants are unsigned under the sub-block mins: 32 weights a
+    /// `vpdpbusd` against the activation block, the mins' terms through the blocks'
+    /// activation sums (`Q8Row::s`). Gemma 3 270M decode, 1 thread (AMD EPYC): 40 tok/s
+    /// with the `vpmaddwd` path, 51 with this one.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn dot_rows_unsigned_vnni_avx512(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
-        let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+    pub unsafe fn dot_rows_q4k_vnni_avx512(w: &[u8], a: &Q8Row, out: &mut [f32]) {
+        let bb = QuantScheme::Q4K.block_bytes();
         let rb = w.len() / out.len().max(1);
         let f16 = |b: &[u8], at: usize| super::f16_at(b, at);
         // SAFETY (whole body): every load reads inside a block's bytes or the activation
         // row (whole blocks), and the features are enabled on this function.
         unsafe {
-            let low = _mm_set1_epi8(0x0F);
+            let mask = _mm256_set1_epi8(0x0F);
             for (o, row) in out.iter_mut().zip(w.chunks_exact(rb.max(1))) {
                 let mut acc = _mm256_setzero_ps();
-                // The offsets' terms: -16 d s (Q5_0), -dmin m s (Q4_K).
+                // The mins' terms, -dmin m s.
                 let mut offsets = 0f32;
                 for (c, wb) in row.chunks_exact(bb).enumerate() {
-                    // No software prefetch: rows of 440 bytes (Q5_0 at k = 640) or more
-                    // gained nothing from `rows_vnni`'s (46-48 vs 46-51 tok/s).
-                    let first = c * bs / 32;
+                    let first = c * 8;
                     let mut block = |q: __m256i, j: usize, scale: f32| {
                         let x = _mm256_loadu_si256(a.q[(first + j) * 32..].as_ptr().cast());
                         let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
                         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale * a.d[first + j]), acc);
                     };
-                    if scheme == QuantScheme::Q5_0 {
-                        let d = f16(wb, 0);
-                        let qh = u32::from_le_bytes([wb[2], wb[3], wb[4], wb[5]]);
-                        let qs = _mm_loadu_si128(wb[6..22].as_ptr().cast());
-                        let nibbles =
-                            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16::<4>(qs), low), _mm_and_si128(qs, low));
-                        let q = _mm256_or_si256(nibbles, _mm256_maskz_set1_epi8(qh, 0x10));
-                        block(q, 0, d);
-                        offsets -= 16.0 * d * a.s[first];
-                    } else {
-                        let (d, dmin) = (f16(wb, 0), f16(wb, 2));
-                        let (sc, mn) = rlx_ir::quant::k_scale_min(&wb[4..16]);
-                        for pair in 0..4 {
-                            let qs = _mm256_loadu_si256(wb[16 + pair * 32..].as_ptr().cast());
-                            let mask = _mm256_set1_epi8(0x0F);
-                            block(_mm256_and_si256(qs, mask), 2 * pair, d * sc[2 * pair] as f32);
-                            block(
-                                _mm256_and_si256(_mm256_srli_epi16::<4>(qs), mask),
-                                2 * pair + 1,
-                                d * sc[2 * pair + 1] as f32,
-                            );
-                        }
-                        for (m, s) in mn.iter().zip(&a.s[first..first + 8]) {
-                            offsets -= dmin * *m as f32 * s;
-                        }
+                    let (d, dmin) = (f16(wb, 0), f16(wb, 2));
+                    let (sc, mn) = rlx_ir::quant::k_scale_min(&wb[4..16]);
+                    for pair in 0..4 {
+                        let qs = _mm256_loadu_si256(wb[16 + pair * 32..].as_ptr().cast());
+                        block(_mm256_and_si256(qs, mask), 2 * pair, d * sc[2 * pair] as f32);
+                        block(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(qs), mask),
+                            2 * pair + 1,
+                            d * sc[2 * pair + 1] as f32,
+                        );
+                    }
+                    for (m, s) in mn.iter().zip(&a.s[first..first + 8]) {
+                        offsets -= dmin * *m as f32 * s;
                     }
                 }
                 let sum = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
@@ -733,7 +737,8 @@ mod x86 {
     }
 
     /// Weights of blocks `b`, `b + 1` as 64 unsigned bytes in the order the q8 row stores
-    /// them (NibblePairs for 4-bit schemes; Q8_0 biased by +128 to be unsigned).
+    /// them (NibblePairs for 4-bit schemes and Q5_0's low four bits; Q8_0 biased by +128 to
+    /// be unsigned).
     #[inline(always)]
     unsafe fn pair_bytes_256(scheme: QuantScheme, wa: *const u8, wb: *const u8) -> (__m256i, __m256i) {
         // SAFETY: `wa` / `wb` point at whole blocks of `scheme`; AVX2 is enabled in every caller.
@@ -747,7 +752,11 @@ mod x86 {
                     )
                 }
                 _ => {
-                    let off = if scheme == QuantScheme::Q4_1 { 4 } else { 2 };
+                    let off = match scheme {
+                        QuantScheme::Q4_1 => 4,
+                        QuantScheme::Q5_0 => 6,
+                        _ => 2,
+                    };
                     let x = _mm256_inserti128_si256(
                         _mm256_castsi128_si256(_mm_loadu_si128(wa.add(off) as *const __m128i)),
                         _mm_loadu_si128(wb.add(off) as *const __m128i),
@@ -771,16 +780,18 @@ mod x86 {
         }
     }
 
-    /// How far ahead (in weight rows) the dot kernels prefetch: 12 measured best for
-    /// SmolLM2 decode (one thread: no prefetch 65 tok/s, 4 rows 104, 12 rows 110, 24 rows 99).
-    const PREFETCH_ROWS: usize = 12;
-
     /// AVX-512 VNNI, `W` weight rows times `A` activation rows at once: two blocks (64
     /// weights) per `vpdpbusd`. Each weight block pair is unpacked (and its header
-    /// converted) once for all `A` rows, and each activation load feeds all `W` weight
-    /// rows, whose `W` accumulators hide the FMA latency. Every (weight, activation) sum
-    /// runs through the same operations in the same order whatever `W` and `A` are, so a
-    /// batched decode step's rows get the bits of a one-row call.
+    /// converted) once for all `A` rows; the `W` rows' independent accumulators let the
+    /// core overlap them. Every (weight, activation) sum runs through the same operations
+    /// in the same order whatever `W` and `A` are, so a batched decode step's rows get
+    /// the bits of a one-row call.
+    ///
+    /// The rows are walked one after another, so the weights are read in address order:
+    /// walking the `W` rows block by block side by side (`W` interleaved streams, with a
+    /// software prefetch 12 rows ahead) read Gemma 3's 170 MiB Q8_0 output head at 7.5
+    /// GB/s from DRAM on one Zen 4 core; in address order, without prefetch, 17.4 GB/s,
+    /// where a plain read of the file streams 19-20 GB/s (with the prefetch: 12-15).
     #[inline(always)]
     unsafe fn rows_vnni<const W: usize, const A: usize>(
         scheme: QuantScheme,
@@ -805,37 +816,47 @@ mod x86 {
             };
             let mut acc = [[_mm512_setzero_ps(); A]; W];
             let mut extra = [[_mm_setzero_ps(); A]; W];
-            let mut b = 0;
-            while b + 1 < nb {
-                let az: [__m512i; A] =
-                    std::array::from_fn(|i| _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i));
-                let act: [__m128; A] = std::array::from_fn(|i| _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b)));
-                for r in 0..W {
+            // Row by row, so the weights are read in address order: the rows are
+            // independent, so the core still overlaps them.
+            for r in 0..W {
+                let mut b = 0;
+                while b + 1 < nb {
                     let pa = w.add(r * rb + b * bb);
                     let pb = pa.add(bb);
-                    // Rows are short (360 bytes at k = 576): too short for the hardware
-                    // prefetcher to ramp up per row, so fetch the same spot PREFETCH_ROWS
-                    // rows ahead (past the end of the weights it is a harmless hint).
-                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(PREFETCH_ROWS * rb) as *const i8);
                     let (x0, x1) = pair_bytes_256(scheme, pa, pb);
-                    let wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+                    let mut wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+                    if scheme == QuantScheme::Q5_0 {
+                        // Fifth bits: `qh` bit j belongs to value j of its block, and the
+                        // bytes hold a[0..16], b[0..16], a[16..32], b[16..32].
+                        let (ha, hb) =
+                            ((pa.add(2) as *const u32).read_unaligned(), (pb.add(2) as *const u32).read_unaligned());
+                        let bits = (ha & 0xFFFF) as u64
+                            | ((hb & 0xFFFF) as u64) << 16
+                            | ((ha >> 16) as u64) << 32
+                            | ((hb >> 16) as u64) << 48;
+                        wz = _mm512_or_si512(wz, _mm512_maskz_set1_epi8(bits, 0x10));
+                    }
                     let header = headers(scheme, pa, pb);
                     for i in 0..A {
-                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az[i]);
-                        let prod = _mm_mul_ps(header, act[i]);
+                        let az = _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i);
+                        let act = _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b));
+                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az);
+                        let prod = _mm_mul_ps(header, act);
                         extra[r][i] = _mm_add_ps(extra[r][i], prod);
                         let scale = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(prod));
                         acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r][i]);
                     }
+                    b += 2;
                 }
-                b += 2;
             }
+            let b = nb & !1;
             for r in 0..W {
                 for i in 0..A {
                     let mut sum = _mm512_reduce_add_ps(acc[r][i]) + odd_lanes(extra[r][i]);
                     if b < nb {
                         let row = std::slice::from_raw_parts(w.add(r * rb), rb);
-                        sum += block_term(scheme, &row[b * bb..][..bb], &acts[i], b, nb);
+                        sum +=
+                            block_term(scheme, super::layout_for(scheme, true), &row[b * bb..][..bb], &acts[i], b, nb);
                     }
                     out[i][j + r] = sum;
                 }
@@ -1005,12 +1026,13 @@ mod x86 {
                 (_mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), _mm256_set1_epi32(0), _mm256_set1_epi32(2));
             let mut acc = [_mm256_setzero_ps(); R];
             let mut extra = [_mm_setzero_ps(); R];
-            let mut b = 0;
-            while b + 1 < nb {
-                let a0 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32) as *const __m256i);
-                let a1 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32 + 32) as *const __m256i);
-                let act = _mm_loadu_ps(a.ds.as_ptr().add(2 * b));
-                for r in 0..R {
+            // Row by row, in address order, as `rows_vnni` (which says why).
+            for r in 0..R {
+                let mut b = 0;
+                while b + 1 < nb {
+                    let a0 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32) as *const __m256i);
+                    let a1 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32 + 32) as *const __m256i);
+                    let act = _mm_loadu_ps(a.ds.as_ptr().add(2 * b));
                     let pa = w.add(r * rb + b * bb);
                     let pb = pa.add(bb);
                     let prod = _mm_mul_ps(headers(scheme, pa, pb), act);
@@ -1035,9 +1057,10 @@ mod x86 {
                         let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
                         acc[r] = _mm256_fmadd_ps(isum, _mm256_permutevar8x32_ps(prod, pick), acc[r]);
                     }
+                    b += 2;
                 }
-                b += 2;
             }
+            let b = nb & !1;
             for r in 0..R {
                 let hi = _mm256_extractf128_ps(acc[r], 1);
                 let s4 = _mm_add_ps(_mm256_castps256_ps128(acc[r]), hi);
@@ -1046,7 +1069,7 @@ mod x86 {
                 let mut sum = _mm_cvtss_f32(s1) + odd_lanes(extra[r]);
                 if b < nb {
                     let row = std::slice::from_raw_parts(w.add(r * rb), rb);
-                    sum += block_term(scheme, &row[b * bb..][..bb], a, b, nb);
+                    sum += block_term(scheme, super::layout_for(scheme, false), &row[b * bb..][..bb], a, b, nb);
                 }
                 out[r] = sum;
             }
