@@ -452,7 +452,12 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 /// Peak and current resident set of this process, KiB (Linux `/proc`; 0 elsewhere).
 fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    status_kib(Path::new("/proc/self/status"), field)
+}
+
+/// A KiB field of a `/proc/PID/status` file (0 when absent).
+fn status_kib(status: &Path, field: &str) -> u64 {
+    std::fs::read_to_string(status)
         .ok()
         .and_then(|s| {
             s.lines()
@@ -467,8 +472,11 @@ const TG: usize = 128;
 const CONTEXT: usize = 1024;
 const REPS: usize = 3;
 
-/// `rlx bench llm`: pp512 and tg128 at each thread count; with `llama_cpp`, the same on
-/// llama.cpp (built by tools/bench/llama_cpp_env.sh) in the same run.
+/// `rlx bench llm`: pp512 and tg128 at each thread count, and the decode roof: the DRAM
+/// read rate over the bytes a token reads. With `llama_cpp`, the same on llama.cpp in the
+/// same run: `llama-bench` right after RLX at each thread count when
+/// tools/llm/build_llama_cpp.sh has built it (or `$LLAMA_BENCH` names it), else
+/// llama-cpp-python (built by tools/bench/llama_cpp_env.sh) after all of RLX's runs.
 pub fn bench_llm(
     model: Option<&Path>,
     threads: &[usize],
@@ -491,60 +499,30 @@ pub fn bench_llm(
     }
     // Host threads only matter on the CPU.
     let threads = if device == Device::Cpu { threads } else { &threads[..threads.len().min(1)] };
+    let llama_bench = llama_cpp.then(llama_bench_path).flatten();
+    let token_bytes = decode_bytes(&Gguf::open(&path)?);
     let mut rows = Vec::new();
+    let mut bandwidth = Vec::new();
+    let mut llama_bench_peak_kib = 0;
     for &t in threads {
-        let mut m = Llama::load(
-            &path,
-            &LlamaOptions { context: CONTEXT, threads: Some(t), device, ..LlamaOptions::default() },
-        )?;
-        let vocab = m.config.vocab;
-        // The ids llama_cpp_bench.py uses.
-        let prompt: Vec<TokenId> = (0..PP).map(|i| ((i * 7919) % vocab) as TokenId).collect();
-        let generated: Vec<TokenId> = (0..TG).map(|i| ((i * 104729 + 13) % vocab) as TokenId).collect();
-        let mut pp = || -> Result<f64> {
-            m.reset();
-            let start = Instant::now();
-            m.prefill(&prompt)?;
-            Ok(PP as f64 / start.elapsed().as_secs_f64())
-        };
-        pp()?;
-        let runs = (0..REPS).map(|_| pp()).collect::<Result<Vec<_>>>()?;
-        rows.push(Row { threads: t, test: format!("pp{PP}"), rlx: median(runs), anchor: None });
-        let mut tg = || -> Result<f64> {
-            m.reset();
-            let start = Instant::now();
-            for &id in &generated {
-                m.decode(id)?;
+        measure_rlx(&path, t, batch, device, &mut rows)?;
+        if device == Device::Cpu {
+            bandwidth.push((t, rlx::runtime::cpu::bench::read_bandwidth_gbs(t)?));
+        }
+        if let Some(bin) = &llama_bench {
+            let (results, peak_kib) = run_llama_bench(bin, &path, t)?;
+            llama_bench_peak_kib = llama_bench_peak_kib.max(peak_kib);
+            for (test, rate) in results {
+                if let Some(row) = rows.iter_mut().find(|row| row.threads == t && row.test == test) {
+                    row.anchor = Some(rate);
+                }
             }
-            Ok(TG as f64 / start.elapsed().as_secs_f64())
-        };
-        tg()?;
-        let runs = (0..REPS).map(|_| tg()).collect::<Result<Vec<_>>>()?;
-        rows.push(Row { threads: t, test: format!("tg{TG}"), rlx: median(runs), anchor: None });
-        for &b in batch {
-            // `b` sequences, each after a 16-token prompt of its own, decoded together:
-            // tokens of all of them per second.
-            m.set_slots(b)?;
-            let mut tg_batch = || -> Result<f64> {
-                for slot in 0..b {
-                    m.prefill_slot(slot, 0, &prompt[slot..slot + 16])?;
-                }
-                let start = Instant::now();
-                for (i, &id) in generated.iter().enumerate() {
-                    let step: Vec<BatchRow> = (0..b).map(|slot| BatchRow { slot, pos: 16 + i, token: id }).collect();
-                    m.decode_batch(&step)?;
-                }
-                Ok((b * TG) as f64 / start.elapsed().as_secs_f64())
-            };
-            tg_batch()?;
-            let runs = (0..REPS).map(|_| tg_batch()).collect::<Result<Vec<_>>>()?;
-            rows.push(Row { threads: t, test: format!("tg{TG}x{b}"), rlx: median(runs), anchor: None });
         }
     }
     let peak_kib = rss_kib("VmHWM");
     let mut anchor_rss = None;
     let mut engine = String::new();
-    if llama_cpp {
+    if llama_cpp && llama_bench.is_none() {
         let report = run_llama_cpp(&path, threads)?;
         engine = report["engine"].as_str().unwrap_or("llama.cpp").to_string();
         for r in report["results"].as_array().into_iter().flatten() {
@@ -567,8 +545,31 @@ pub fn bench_llm(
     }
     println!();
     let mib = |kib: u64| kib as f64 / 1024.0;
+    if !bandwidth.is_empty() {
+        println!(
+            "decode roof: a token reads {:.1} MiB of weights; DRAM read rate from a 256 MiB streaming probe",
+            token_bytes as f64 / (1 << 20) as f64
+        );
+        println!("{:>7}  {:>10} {:>14} {:>12} {:>8}", "threads", "read GB/s", "roof tok/s", "tg tok/s", "of roof");
+        for &(t, gbs) in &bandwidth {
+            let roof = gbs * 1e9 / token_bytes.max(1) as f64;
+            if let Some(tg) = rows.iter().find(|r| r.threads == t && r.test == format!("tg{TG}")) {
+                println!("{t:>7}  {gbs:>10.1} {roof:>14.1} {:>12.1} {:>7.0}%", tg.rlx, 100.0 * tg.rlx / roof);
+            }
+        }
+        println!();
+    }
     println!("peak RSS: rlx {:.1} MiB (process before loading: {:.1} MiB)", mib(peak_kib), mib(baseline_kib));
-    if let Some((peak, base)) = anchor_rss {
+    if llama_bench.is_some() {
+        println!(
+            "          llama-bench {:.1} MiB; rlx / llama-bench: {:.2}x",
+            mib(llama_bench_peak_kib),
+            peak_kib as f64 / llama_bench_peak_kib.max(1) as f64
+        );
+        println!(
+            "          anchor: llama-bench (llama.cpp built for this CPU: its defaults, f16 KV cache), same threads"
+        );
+    } else if let Some((peak, base)) = anchor_rss {
         println!(
             "          llama.cpp {:.1} MiB (python process before loading: {:.1} MiB); rlx / llama.cpp: {:.2}x total, {:.2}x above each baseline",
             mib(peak),
@@ -581,6 +582,117 @@ pub fn bench_llm(
         println!("(add --llama-cpp to measure llama.cpp in the same run; its first build takes ~9 minutes)");
     }
     Ok(())
+}
+
+/// RLX's rows at `t` threads: pp512, tg128 and each `tg128 xN` of `batch`.
+fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mut Vec<Row>) -> Result<()> {
+    let mut m =
+        Llama::load(path, &LlamaOptions { context: CONTEXT, threads: Some(t), device, ..LlamaOptions::default() })?;
+    let vocab = m.config.vocab;
+    // The ids llama_cpp_bench.py uses.
+    let prompt: Vec<TokenId> = (0..PP).map(|i| ((i * 7919) % vocab) as TokenId).collect();
+    let generated: Vec<TokenId> = (0..TG).map(|i| ((i * 104729 + 13) % vocab) as TokenId).collect();
+    let mut pp = || -> Result<f64> {
+        m.reset();
+        let start = Instant::now();
+        m.prefill(&prompt)?;
+        Ok(PP as f64 / start.elapsed().as_secs_f64())
+    };
+    pp()?;
+    let runs = (0..REPS).map(|_| pp()).collect::<Result<Vec<_>>>()?;
+    rows.push(Row { threads: t, test: format!("pp{PP}"), rlx: median(runs), anchor: None });
+    let mut tg = || -> Result<f64> {
+        m.reset();
+        let start = Instant::now();
+        for &id in &generated {
+            m.decode(id)?;
+        }
+        Ok(TG as f64 / start.elapsed().as_secs_f64())
+    };
+    tg()?;
+    let runs = (0..REPS).map(|_| tg()).collect::<Result<Vec<_>>>()?;
+    rows.push(Row { threads: t, test: format!("tg{TG}"), rlx: median(runs), anchor: None });
+    for &b in batch {
+        // `b` sequences, each after a 16-token prompt of its own, decoded together:
+        // tokens of all of them per second.
+        m.set_slots(b)?;
+        let mut tg_batch = || -> Result<f64> {
+            for slot in 0..b {
+                m.prefill_slot(slot, 0, &prompt[slot..slot + 16])?;
+            }
+            let start = Instant::now();
+            for (i, &id) in generated.iter().enumerate() {
+                let step: Vec<BatchRow> = (0..b).map(|slot| BatchRow { slot, pos: 16 + i, token: id }).collect();
+                m.decode_batch(&step)?;
+            }
+            Ok((b * TG) as f64 / start.elapsed().as_secs_f64())
+        };
+        tg_batch()?;
+        let runs = (0..REPS).map(|_| tg_batch()).collect::<Result<Vec<_>>>()?;
+        rows.push(Row { threads: t, test: format!("tg{TG}x{b}"), rlx: median(runs), anchor: None });
+    }
+    Ok(())
+}
+
+/// Bytes of weights a decode step reads: every tensor but the token embedding, which a
+/// step only gathers one row of, unless it is also the (tied) output head.
+fn decode_bytes(g: &Gguf) -> u64 {
+    let tied = g.tensor("output.weight").is_none();
+    g.tensors.iter().filter(|t| tied || t.name != "token_embd.weight").map(|t| t.bytes as u64).sum()
+}
+
+/// `$LLAMA_BENCH`, or where tools/llm/build_llama_cpp.sh builds llama-bench, if present.
+fn llama_bench_path() -> Option<PathBuf> {
+    let path = std::env::var_os("LLAMA_BENCH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| rlx::models::models_dir().join("llama.cpp/build/bin/llama-bench"));
+    path.exists().then_some(path)
+}
+
+/// llama-bench's pp512 and tg128 tokens/s at `threads`, as (test, rate), and its peak
+/// resident set in KiB (sampled from /proc while it runs).
+fn run_llama_bench(bin: &Path, model: &Path, threads: usize) -> Result<(Vec<(String, f64)>, u64)> {
+    eprintln!("running llama-bench at {threads} threads...");
+    let mut child = std::process::Command::new(bin)
+        .args(["-m", &model.display().to_string(), "-p", &PP.to_string(), "-n", &TG.to_string()])
+        .args(["-t", &threads.to_string(), "-r", &REPS.to_string(), "-o", "json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io(format!("{}: {e}", bin.display())))?;
+    let mut stdout = child.stdout.take().ok_or_else(|| Error::internal("llama-bench: no stdout pipe"))?;
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut text).map(|_| text)
+    });
+    let status_file = PathBuf::from(format!("/proc/{}/status", child.id()));
+    let mut peak_kib = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| Error::io(format!("{}: {e}", bin.display())))? {
+            break status;
+        }
+        peak_kib = peak_kib.max(status_kib(&status_file, "VmHWM"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let text = reader
+        .join()
+        .map_err(|_| Error::internal("llama-bench: the output reader panicked"))?
+        .map_err(|e| Error::io(format!("llama-bench output: {e}")))?;
+    if !status.success() {
+        return Err(Error::runtime(format!("{} failed ({status}) on {}", bin.display(), model.display())));
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| Error::parse(format!("llama-bench output: {e}")))?;
+    let results = json
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let (pp, tg, rate) = (r["n_prompt"].as_u64()?, r["n_gen"].as_u64()?, r["avg_ts"].as_f64()?);
+            Some((if pp > 0 { format!("pp{pp}") } else { format!("tg{tg}") }, rate))
+        })
+        .collect();
+    Ok((results, peak_kib))
 }
 
 /// Runs tools/bench/llama_cpp_bench.py in the cached llama.cpp virtualenv.

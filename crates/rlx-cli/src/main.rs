@@ -312,9 +312,10 @@ enum Command {
         /// Thread counts for `llm`, comma-separated.
         #[arg(long, default_value = "1,2", value_delimiter = ',')]
         threads: Vec<usize>,
-        /// Also measure llama.cpp: for `llm` llama-cpp-python (built once into a cached
-        /// virtualenv); for `serve` llama-server ($LLAMA_SERVER, or where
-        /// tools/llm/build_llama_cpp.sh builds it).
+        /// Also measure llama.cpp: for `llm` llama-bench at each thread count right after
+        /// RLX ($LLAMA_BENCH, or where tools/llm/build_llama_cpp.sh builds it; without
+        /// it, llama-cpp-python built once into a cached virtualenv); for `serve`
+        /// llama-server ($LLAMA_SERVER, or the same folder).
         #[arg(long)]
         llama_cpp: bool,
         /// Concurrent clients for `serve`, comma-separated.

@@ -123,6 +123,60 @@ unsafe fn peak_avx512(iters: usize) -> f32 {
     _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a)))
 }
 
+/// Bytes the read-bandwidth probe streams: far past any last-level cache.
+const PROBE_BYTES: usize = 256 << 20;
+
+/// The machine's DRAM read rate in GB/s on `threads` threads: each thread sums its
+/// contiguous part of a 256 MiB buffer with wide loads, best of 3 passes. This is the
+/// roof of a decode step, which reads every weight once (`rlx bench llm` prints both).
+pub fn read_bandwidth_gbs(threads: usize) -> rlx_ir::Result<f64> {
+    use rayon::prelude::*;
+    let pool = crate::threads::pool(threads)?;
+    // Written (not only allocated) so every page is mapped before timing.
+    let words = vec![1u64; PROBE_BYTES / 8];
+    let part = words.len().div_ceil(threads.max(1));
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let sum: u64 = pool.install(|| words.par_chunks(part).map(|c| sum_words(black_box(c))).sum());
+        best = best.min(start.elapsed().as_secs_f64());
+        black_box(sum);
+    }
+    Ok(PROBE_BYTES as f64 / best / 1e9)
+}
+
+/// The wrapping sum of `x`: wide loads into four accumulators on AVX2 (the compiler's
+/// own vectorization of an 8-lane loop streamed 4-5 GB/s here, a fifth of the DRAM rate).
+fn sum_words(x: &[u64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if Arm::best() >= Arm::Avx2 {
+        // SAFETY: AVX2 was detected.
+        return unsafe { sum_words_avx2(x) };
+    }
+    x.iter().fold(0, |a, v| a.wrapping_add(*v))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sum_words_avx2(x: &[u64]) -> u64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_si256(); 4];
+    let blocks = x.chunks_exact(16);
+    let tail: u64 = blocks.remainder().iter().fold(0, |a, v| a.wrapping_add(*v));
+    for b in blocks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: each chunk holds 16 words: four loads of four.
+            *a = _mm256_add_epi64(*a, unsafe { _mm256_loadu_si256(b[4 * k..].as_ptr().cast()) });
+        }
+    }
+    let mut lanes = [0u64; 16];
+    for (k, a) in acc.iter().enumerate() {
+        // SAFETY: `lanes` has room for four stores of four words.
+        unsafe { _mm256_storeu_si256(lanes[4 * k..].as_mut_ptr().cast(), *a) };
+    }
+    lanes.iter().fold(tail, |a, v| a.wrapping_add(*v))
+}
+
 /// NumPy float32 ufunc rates (Melem/s) over `n` elements, or None without python3+numpy.
 pub fn numpy_rates(functions: &[&str], n: usize) -> Option<Vec<f64>> {
     let script = format!(
@@ -381,4 +435,18 @@ pub fn render(rows: &[Row]) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    /// The probe's sum is the plain wrapping sum at odd lengths (vector tails) and with
+    /// carries out of the top bit.
+    #[test]
+    fn sum_words_is_the_wrapping_sum() {
+        for n in [0, 1, 3, 17, 1000] {
+            let x: Vec<u64> = (0..n as u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+            let want = x.iter().fold(0u64, |a, v| a.wrapping_add(*v));
+            assert_eq!(super::sum_words(&x), want, "n = {n}");
+        }
+    }
 }
