@@ -64,3 +64,34 @@ fn rope_rotates_by_the_position_angle() {
     let e = eval(&[x, p], |g, v| g.rope(v[0], v[1], RopeStyle::NeoX, 10000.0, None)).unwrap_err();
     assert!(e.message().contains("even"), "{e}");
 }
+
+/// The angles come from a table shared by every rope of one base and rotary width, grown
+/// as positions grow; positions past the table (4096 of them at 128 pairs) and negative
+/// ones are computed per call. Each call agrees with the reference either way, in any order.
+#[test]
+fn rope_angles_agree_from_the_shared_table_and_past_it() {
+    let mut rng = Rng::new(91);
+    for dtype in [DType::F32, DType::F64] {
+        for positions in
+            [vec![0.0, 1.0, 2.0], vec![4094.0, 4095.0, 4096.0, 4097.0], vec![5.0, -7.0, 9000.0, 3.0], vec![1.0, 0.0]]
+        {
+            let s = positions.len();
+            let dims = [2, s, 256];
+            let x = rand_input(&mut rng, dtype, &dims, -3.0, 3.0);
+            let expected = reference(&x, &positions, RopeStyle::NeoX, 12345.0, 256);
+            let p = input(DType::I64, &[s], positions.clone());
+            let got = eval_ok(&[x, p], |g, v| g.rope(v[0], v[1], RopeStyle::NeoX, 12345.0, None));
+            // An angle's rounding grows with it: |pos| ulps of the angle, times |x| <= 3
+            // per term.
+            let far = positions.iter().fold(1.0f64, |m, p| m.max(p.abs()));
+            assert_close(
+                &got,
+                dtype,
+                &dims,
+                &expected,
+                |i| bound(dtype, 8.0, 6.0 * far, expected[i]),
+                &format!("rope {dtype} at {positions:?}"),
+            );
+        }
+    }
+}
