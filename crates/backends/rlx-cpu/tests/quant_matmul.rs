@@ -279,3 +279,28 @@ fn every_arm_quantizes_activations_to_the_portable_bits() {
         }
     }
 }
+
+/// One f32 row against Q4_0 / Q4_1 / Q8_0 weights (a prompt's last-token logits): every
+/// arm does the same multiplies and adds in the same order, so the bits agree across arms
+/// (the AVX-512 arm has its own kernel for this case).
+#[test]
+fn one_f32_row_has_the_same_bits_on_every_arm() {
+    let mut rng = Rng::new(77);
+    for s in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0] {
+        for (k, n) in [(32, 1), (96, 3), (640, 17), (64, 1000)] {
+            let w = random_weights(&mut rng, s, n, k);
+            let mut x: Vec<f32> = (0..k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+            x[k / 2] = 1e-40; // a denormal activation
+            let plan = QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, false, 1);
+            let run = |arm: Arm| {
+                let mut out = vec![f32::NAN; n];
+                dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let portable = run(Arm::Portable);
+            for arm in Arm::available() {
+                assert!(run(arm) == portable, "{} k {k} n {n}: {} differs from portable", s.name(), arm.name());
+            }
+        }
+    }
+}
