@@ -502,13 +502,9 @@ pub fn bench_llm(
     let llama_bench = llama_cpp.then(llama_bench_path).flatten();
     let token_bytes = decode_bytes(&Gguf::open(&path)?);
     let mut rows = Vec::new();
-    let mut bandwidth = Vec::new();
     let mut llama_bench_peak_kib = 0;
     for &t in threads {
         measure_rlx(&path, t, batch, device, &mut rows)?;
-        if device == Device::Cpu {
-            bandwidth.push((t, rlx::runtime::cpu::bench::read_bandwidth_gbs(t)?));
-        }
         if let Some(bin) = &llama_bench {
             let (results, peak_kib) = run_llama_bench(bin, &path, t)?;
             llama_bench_peak_kib = llama_bench_peak_kib.max(peak_kib);
@@ -520,6 +516,15 @@ pub fn bench_llm(
         }
     }
     let peak_kib = rss_kib("VmHWM");
+    // After the peak is read: the probe's 256 MiB buffer is not the model's memory.
+    let bandwidth = if device == Device::Cpu {
+        threads
+            .iter()
+            .map(|&t| Ok((t, rlx::runtime::cpu::bench::read_bandwidth_gbs(t)?)))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
     let mut anchor_rss = None;
     let mut engine = String::new();
     if llama_cpp && llama_bench.is_none() {
