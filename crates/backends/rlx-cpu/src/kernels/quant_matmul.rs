@@ -822,38 +822,49 @@ mod x86 {
             let mut acc = [[_mm512_setzero_ps(); A]; W];
             let mut extra = [[_mm_setzero_ps(); A]; W];
             // One block pair of weight row `r` against every activation row's blocks
-            // `b`, `b + 1` (`az`, `act`).
-            let mut pair = |r: usize, b: usize, az: &[__m512i; A], act: &[__m128; A]| {
-                let pa = w.add(r * rb + b * bb);
-                let pb = pa.add(bb);
-                let (x0, x1) = pair_bytes_256(scheme, pa, pb);
-                let mut wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-                if scheme == QuantScheme::Q5_0 {
-                    // Fifth bits: `qh` bit j belongs to value j of its block, and the
-                    // bytes hold a[0..16], b[0..16], a[16..32], b[16..32].
-                    let (ha, hb) =
-                        ((pa.add(2) as *const u32).read_unaligned(), (pb.add(2) as *const u32).read_unaligned());
-                    let bits = (ha & 0xFFFF) as u64
-                        | ((hb & 0xFFFF) as u64) << 16
-                        | ((ha >> 16) as u64) << 32
-                        | ((hb >> 16) as u64) << 48;
-                    wz = _mm512_or_si512(wz, _mm512_maskz_set1_epi8(bits, 0x10));
-                }
-                let header = headers(scheme, pa, pb);
-                for i in 0..A {
-                    let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az[i]);
-                    let prod = _mm_mul_ps(header, act[i]);
-                    extra[r][i] = _mm_add_ps(extra[r][i], prod);
-                    let scale = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(prod));
-                    acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r][i]);
-                }
-            };
-            let acts_at = |b: usize| -> ([__m512i; A], [__m128; A]) {
-                (
-                    std::array::from_fn(|i| _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i)),
-                    std::array::from_fn(|i| _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b))),
-                )
-            };
+            // `b`, `b + 1` (`az`, `act`). Macros, not closures: a closure is not compiled
+            // with this function's target features, and its intrinsics were left as
+            // out-of-line calls (the ISA gate caught them).
+            macro_rules! pair {
+                ($r:expr, $b:expr, $az:expr, $act:expr) => {{
+                    let (r, b, az, act): (usize, usize, &[__m512i; A], &[__m128; A]) = ($r, $b, $az, $act);
+                    let pa = w.add(r * rb + b * bb);
+                    let pb = pa.add(bb);
+                    let (x0, x1) = pair_bytes_256(scheme, pa, pb);
+                    let mut wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+                    if scheme == QuantScheme::Q5_0 {
+                        // Fifth bits: `qh` bit j belongs to value j of its block, and the
+                        // bytes hold a[0..16], b[0..16], a[16..32], b[16..32].
+                        let (ha, hb) =
+                            ((pa.add(2) as *const u32).read_unaligned(), (pb.add(2) as *const u32).read_unaligned());
+                        let bits = (ha & 0xFFFF) as u64
+                            | ((hb & 0xFFFF) as u64) << 16
+                            | ((ha >> 16) as u64) << 32
+                            | ((hb >> 16) as u64) << 48;
+                        wz = _mm512_or_si512(wz, _mm512_maskz_set1_epi8(bits, 0x10));
+                    }
+                    let header = headers(scheme, pa, pb);
+                    for i in 0..A {
+                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az[i]);
+                        let prod = _mm_mul_ps(header, act[i]);
+                        extra[r][i] = _mm_add_ps(extra[r][i], prod);
+                        let scale = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(prod));
+                        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r][i]);
+                    }
+                }};
+            }
+            macro_rules! acts_at {
+                ($b:expr) => {{
+                    let b: usize = $b;
+                    let mut az = [_mm512_setzero_si512(); A];
+                    let mut act = [_mm_setzero_ps(); A];
+                    for i in 0..A {
+                        az[i] = _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i);
+                        act[i] = _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b));
+                    }
+                    (az, act)
+                }};
+            }
             // The loop order does not change any sum's operations or their order. One
             // activation row: row by row, so the weights are read in address order (the
             // rows are independent, so the core still overlaps them). Several (a batched
@@ -863,17 +874,17 @@ mod x86 {
             if A == 1 {
                 for r in 0..W {
                     for b in (0..nb - nb % 2).step_by(2) {
-                        let (az, act) = acts_at(b);
-                        pair(r, b, &az, &act);
+                        let (az, act) = acts_at!(b);
+                        pair!(r, b, &az, &act);
                     }
                 }
             } else {
                 for b in (0..nb - nb % 2).step_by(2) {
-                    let (az, act) = acts_at(b);
+                    let (az, act) = acts_at!(b);
                     for r in 0..W {
                         // Interleaved rows need the software prefetch (PREFETCH_ROWS).
                         _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((r + PREFETCH_ROWS) * rb + b * bb) as *const i8);
-                        pair(r, b, &az, &act);
+                        pair!(r, b, &az, &act);
                     }
                 }
             }
