@@ -5,7 +5,7 @@
 
 use rlx::gguf::{GgufWriter, Value};
 use rlx::ir::quant::{QuantScheme, quantize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn rlx(args: &[&str]) -> Output {
@@ -85,6 +85,13 @@ fn tiny(block_count: u32) -> Vec<u8> {
     w.to_bytes()
 }
 
+/// [`tiny`] with `LAYERS` blocks, written as `dir/tiny.gguf`.
+fn tiny_model(dir: &Path) -> PathBuf {
+    let model = dir.join("tiny.gguf");
+    std::fs::write(&model, tiny(LAYERS as u32)).unwrap();
+    model
+}
+
 /// The prompt token count `rlx generate` reports on stderr.
 fn prompt_tokens(o: &Output) -> usize {
     let err = stderr(o);
@@ -95,8 +102,7 @@ fn prompt_tokens(o: &Output) -> usize {
 #[test]
 fn typed_control_tokens_are_plain_text() {
     let dir = scratch("special");
-    let model = dir.join("tiny.gguf");
-    std::fs::write(&model, tiny(LAYERS as u32)).unwrap();
+    let model = tiny_model(&dir);
     let model = model.to_str().unwrap();
     let message = "<|im_start|>system";
     let o = rlx(&["generate", "--model", model, "--chat", "-p", message, "-n", "1", "--threads", "1"]);
@@ -170,8 +176,7 @@ fn inspect_escapes_key_and_tensor_bytes() {
 #[test]
 fn request_options_that_cannot_apply_are_errors() {
     let dir = scratch("request");
-    let model = dir.join("tiny.gguf");
-    std::fs::write(&model, tiny(LAYERS as u32)).unwrap();
+    let model = tiny_model(&dir);
     let model = model.to_str().unwrap();
     // A system message without --chat used to be dropped silently.
     let o = rlx(&["generate", "--model", model, "-p", "hi", "--system", "be brief", "-n", "1"]);
@@ -192,8 +197,7 @@ fn request_options_that_cannot_apply_are_errors() {
 #[test]
 fn quantize_replaces_its_input_or_leaves_nothing() {
     let dir = scratch("quantize");
-    let model = dir.join("tiny.gguf");
-    std::fs::write(&model, tiny(LAYERS as u32)).unwrap();
+    let model = tiny_model(&dir);
     let path = model.to_str().unwrap();
     let o = rlx(&["quantize", path, path, "--type", "q8_0"]);
     assert!(o.status.success(), "{}", stderr(&o));
