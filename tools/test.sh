@@ -13,13 +13,18 @@ command -v cargo >/dev/null || { echo "cargo not found: install Rust from https:
 
 # System tools the suite uses: objdump (ISA gate), qemu-user (pre-AVX run), OpenBLAS
 # (an outside GEMM oracle; optional to build, installed here so its tests run), the
-# Vulkan loader and Mesa's software Vulkan driver (lavapipe: the GPU backend's tests).
+# Vulkan loader and Mesa's software Vulkan driver (lavapipe: the GPU backend's tests),
+# Open MPI and libclang (`rlx train --distributed`: the mpi crate's bindings are generated
+# with libclang at build time; its tests run real ranks under mpirun).
 need=()
 ldconfig -p 2>/dev/null | grep -q libvulkan.so.1 || need+=(libvulkan1)
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 command -v objdump >/dev/null || need+=(binutils)
 command -v qemu-x86_64 >/dev/null || need+=(qemu-user)
 ldconfig -p 2>/dev/null | grep -q libopenblas || need+=(libopenblas-dev)
+command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         apt-get update -qq
@@ -42,8 +47,10 @@ fi
 ./tools/fetch_onnx_tests.sh >/dev/null
 ./tools/fetch_onnx_models.sh >/dev/null
 export RLX_REQUIRE_MODEL=1
-# The GPU tests fail instead of skipping when no Vulkan device works.
+# The GPU tests fail instead of skipping when no Vulkan device works, and the
+# distributed-training tests when mpirun is missing.
 export RLX_REQUIRE_DEVICE=1
+export RLX_REQUIRE_MPI=1
 
 start=$(date +%s)
 cargo fmt --all -- --check

@@ -265,22 +265,51 @@ enum Command {
         /// `mlp`, `cnn` or `char`.
         #[arg(default_value = "mlp")]
         model: String,
-        /// Epochs (for `char`: steps).
+        /// Epochs over the training examples (char: until --steps, 400 by default).
         #[arg(long)]
         epochs: Option<usize>,
+        /// Stop after this many steps in all.
+        #[arg(long)]
+        steps: Option<usize>,
+        /// The global batch (split across the ranks with --distributed).
         #[arg(long)]
         batch: Option<usize>,
         /// Peak learning rate (linear warmup, cosine decay).
         #[arg(long)]
         lr: Option<f32>,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// `adamw`, `adam`, `sgd` (Nesterov momentum) or `lion`.
-        #[arg(long, default_value = "adamw")]
-        optimizer: String,
+        /// Seeds the initial params, the held-out split and the shuffling (default 1).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// `adamw` (default), `adam`, `sgd` (Nesterov momentum) or `lion`.
+        #[arg(long)]
+        optimizer: Option<String>,
+        /// The text for `char` (default: two embedded sonnets).
+        #[arg(long)]
+        text: Option<PathBuf>,
         /// Where to write the loss curve (default rlx-train-MODEL.png).
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Where to write the metrics, one JSON object per step and per epoch (default
+        /// rlx-train-MODEL.jsonl; a resumed run appends).
+        #[arg(long)]
+        metrics: Option<PathBuf>,
+        /// Write a checkpoint to DIR after every epoch: params.safetensors, the
+        /// optimizer state, the data order and RNG, meta.json.
+        #[arg(long, value_name = "DIR")]
+        save: Option<PathBuf>,
+        /// Continue the run checkpointed in DIR (its settings, unless given again).
+        #[arg(long, value_name = "DIR")]
+        resume: Option<PathBuf>,
+        /// Stop after N epochs of this invocation (the schedule still spans the whole run);
+        /// --resume continues it.
+        #[arg(long, value_name = "N")]
+        stop_after: Option<usize>,
+        /// Data-parallel over MPI: `mpirun -np N rlx train ... --distributed`.
+        #[arg(long)]
+        distributed: bool,
+        /// Gradient allreduce bucket size in MiB (--distributed).
+        #[arg(long, default_value_t = 4.0)]
+        bucket_mib: f64,
         #[arg(long)]
         threads: Option<usize>,
         /// `cpu` or `gpu` (the optimizer runs on the host).
@@ -418,11 +447,45 @@ fn main() -> ExitCode {
         }
         Command::Demo => demo::demo(),
         Command::Check { graph, backend, json, shapes } => check::check(&graph, &backend, json, &shapes),
-        Command::Train { model, epochs, batch, lr, seed, optimizer, plot, threads, device } => {
-            Device::from_name(&device).and_then(|device| {
-                train::train(&train::TrainArgs { model, epochs, batch, lr, seed, optimizer, plot, threads, device })
+        Command::Train {
+            model,
+            epochs,
+            steps,
+            batch,
+            lr,
+            seed,
+            optimizer,
+            text,
+            plot,
+            metrics,
+            save,
+            resume,
+            stop_after,
+            distributed,
+            bucket_mib,
+            threads,
+            device,
+        } => Device::from_name(&device).and_then(|device| {
+            train::train(&train::TrainArgs {
+                model,
+                epochs,
+                steps,
+                batch,
+                lr,
+                seed,
+                optimizer,
+                text,
+                plot,
+                metrics,
+                save,
+                resume,
+                stop_after,
+                distributed,
+                bucket_mib,
+                threads,
+                device,
             })
-        }
+        }),
         Command::Info => info::info(),
         Command::Bench { what, onnx_model, shapes, threads, runs, .. } if what == "onnx" => match onnx_model {
             Some(path) => onnx::bench(&path, &shapes, &threads, runs.max(1)),

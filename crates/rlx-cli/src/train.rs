@@ -1,21 +1,35 @@
-//! `rlx train`: the digits MLP or CNN (progress bar, a line per epoch, held-out accuracy,
-//! a loss-curve PNG), or a character transformer on an embedded text, then a sample.
+//! `rlx train`: the digits MLP or CNN, or a character transformer on a text (the
+//! embedded sonnets or `--text FILE`), then a sample. Progress bar, a line per epoch, a
+//! metrics file (JSON lines) and a loss-curve PNG; checkpoints (`--save`, `--resume`);
+//! data-parallel over MPI (`mpirun -np N rlx train ... --distributed`).
 
 use indicatif::{ProgressBar, ProgressStyle};
-use rlx::optim::{Rule, Schedule};
+use rlx::optim::Rule;
 use rlx::prelude::*;
+use rlx::train::metrics::MetricsLog;
 use rlx::train::plot::{Series, line_chart};
-use rlx::train::{Epoch, RunConfig, Trainer, TransformerConfig, char_transformer, cnn, mlp, train_digits};
+use rlx::train::{
+    ArrayData, Collective, Digits, Epoch, Network, Progress, RunConfig, RunControl, StepReport, Trainer,
+    TransformerConfig, char_transformer, char_windows, cnn, mlp,
+};
 use std::path::{Path, PathBuf};
 
 pub struct TrainArgs {
     pub model: String,
     pub epochs: Option<usize>,
+    pub steps: Option<usize>,
     pub batch: Option<usize>,
     pub lr: Option<f32>,
-    pub seed: u64,
-    pub optimizer: String,
+    pub seed: Option<u64>,
+    pub optimizer: Option<String>,
+    pub text: Option<PathBuf>,
     pub plot: Option<PathBuf>,
+    pub metrics: Option<PathBuf>,
+    pub save: Option<PathBuf>,
+    pub resume: Option<PathBuf>,
+    pub stop_after: Option<usize>,
+    pub distributed: bool,
+    pub bucket_mib: f64,
     pub threads: Option<usize>,
     pub device: Device,
 }
@@ -38,110 +52,32 @@ fn bar(steps: usize) -> ProgressBar {
     pb
 }
 
+/// The process group of `--distributed`: MPI's world.
+#[cfg(feature = "mpi")]
+pub fn process_group() -> Result<Box<dyn Collective>> {
+    Ok(Box::new(rlx::train::distributed::Mpi::init()?))
+}
+
+#[cfg(not(feature = "mpi"))]
+pub fn process_group() -> Result<Box<dyn Collective>> {
+    Err(Error::unsupported("this rlx was built without MPI (cargo feature `mpi` of rlx-cli)"))
+}
+
 pub fn train(args: &TrainArgs) -> Result<()> {
-    let options = CompileOptions { threads: args.threads, ..CompileOptions::default() };
-    match args.model.as_str() {
-        "mlp" | "cnn" => digits(args, &options),
-        "char" => char_model(args, &options),
-        other => Err(Error::input(format!("unknown model '{other}' (mlp, cnn, char)"))),
+    if !args.distributed {
+        return train_in(args, None);
     }
-}
-
-fn digits(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
-    let (network, base) =
-        if args.model == "mlp" { (mlp(512), RunConfig::mlp()) } else { (cnn(32, 64), RunConfig::cnn()) };
-    let cfg = RunConfig {
-        epochs: args.epochs.unwrap_or(base.epochs),
-        batch: args.batch.unwrap_or(base.batch),
-        lr: args.lr.unwrap_or(base.lr),
-        rule: if args.optimizer == "adamw" { base.rule } else { rule(&args.optimizer)? },
-        seed: args.seed,
-        device: args.device,
-        ..base
-    };
-    let data = rlx::train::Digits::load()?;
-    let (train_set, held_set) = data.split(cfg.held_out, cfg.seed);
-    cfg.check(train_set.len())?;
-    println!(
-        "rlx train {}: {} training / {} held-out digits (8x8), {} params, {} lr {} (warmup + cosine), batch {}, {} epochs, seed {}",
-        args.model,
-        train_set.len(),
-        held_set.len(),
-        network.size(),
-        args.optimizer,
-        cfg.lr,
-        cfg.batch,
-        cfg.epochs,
-        cfg.seed
-    );
-    let steps = cfg.epochs * (train_set.len() / cfg.batch);
-    let pb = bar(steps);
-    let (_, epochs) = train_digits(
-        network,
-        &cfg,
-        options,
-        |step, _, loss| {
-            pb.set_position(step as u64);
-            if step % 10 == 0 {
-                pb.set_message(format!("loss {loss:.4}"));
-            }
-        },
-        |e: &Epoch| {
-            pb.suspend(|| {
-                println!(
-                    "epoch {:>3}  train loss {:.4}  held-out loss {:.4}  accuracy {:.2}%  ({:.1} s)",
-                    e.epoch + 1,
-                    e.train_loss(),
-                    e.held_out_loss,
-                    100.0 * e.held_out_accuracy,
-                    e.seconds
-                )
-            });
-        },
-    )?;
-    pb.finish_and_clear();
-    let last = epochs.last().ok_or_else(|| Error::input("no epochs to train"))?;
-    let plot = args.plot.clone().unwrap_or_else(|| PathBuf::from(format!("rlx-train-{}.png", args.model)));
-    plot_run(&plot, &args.model, &epochs)?;
-    println!(
-        "done: held-out accuracy {:.2}% after {} epochs in {:.1} s; loss curve in {}",
-        100.0 * last.held_out_accuracy,
-        epochs.len(),
-        last.seconds,
-        plot.display()
-    );
-    Ok(())
-}
-
-/// Training loss per step and held-out loss per epoch, against the step.
-fn plot_run(path: &Path, model: &str, epochs: &[Epoch]) -> Result<()> {
-    let per = epochs.first().map_or(1, |e| e.step_losses.len().max(1));
-    let train: Vec<(f64, f64)> = epochs
-        .iter()
-        .flat_map(|e| e.step_losses.iter())
-        .enumerate()
-        .map(|(i, &l)| (i as f64 + 1.0, l as f64))
-        .collect();
-    // A moving average over an epoch's worth of steps keeps the curve readable.
-    let smooth: Vec<(f64, f64)> = train
-        .iter()
-        .enumerate()
-        .map(|(i, &(x, _))| {
-            let from = i.saturating_sub(per - 1);
-            (x, train[from..=i].iter().map(|p| p.1).sum::<f64>() / (i - from + 1) as f64)
-        })
-        .collect();
-    let held: Vec<(f64, f64)> = epochs.iter().map(|e| (((e.epoch + 1) * per) as f64, e.held_out_loss as f64)).collect();
-    line_chart(
-        path,
-        &format!("rlx train {model}: cross-entropy"),
-        "step",
-        "loss",
-        &[
-            Series { label: "train (epoch mean)", points: &smooth, color: [40, 100, 220] },
-            Series { label: "held out", points: &held, color: [230, 90, 30] },
-        ],
-    )
+    let group = process_group()?;
+    let result = train_in(args, Some(group.as_ref()));
+    if let Err(e) = &result
+        && group.size() > 1
+    {
+        // The other ranks wait in the next collective call: end the whole job, naming
+        // this rank, rather than let them hang.
+        eprintln!("rank {}/{}: error: {}", group.rank(), group.size(), e.to_string().replace('\n', " "));
+        group.abort(1);
+    }
+    result
 }
 
 /// Public-domain verse (Shakespeare, sonnets 18 and 116) to learn characters from.
@@ -175,86 +111,220 @@ If this be error and upon me prov'd,
 I never writ, nor no man ever lov'd.
 ";
 
-fn char_model(args: &TrainArgs, options: &CompileOptions) -> Result<()> {
-    let mut vocab: Vec<char> = TEXT.chars().collect();
-    vocab.sort_unstable();
-    vocab.dedup();
-    let ids: Vec<i64> = TEXT.chars().map(|c| vocab.binary_search(&c).expect("in vocab") as i64).collect();
-    let cfg = TransformerConfig { vocab: vocab.len(), seq: 32, dim: 64, heads: 4, layers: 2 };
-    let network = char_transformer(cfg);
-    let batch = args.batch.unwrap_or(16);
-    let steps = args.epochs.unwrap_or(400);
-    let lr = args.lr.unwrap_or(3e-3);
-    if batch == 0 {
-        return Err(Error::input("the batch size must be at least 1"));
+/// A text shorter than this trains on every window (stride 1, as the sonnets do); a
+/// longer one on windows a sequence apart, which keeps the windows' arrays at 16 bytes
+/// per character (Botchan's 300 kB: 10k windows).
+const EVERY_WINDOW_BELOW: usize = 64 << 10;
+
+/// What `args.model` trains: the network, its data, its default settings, and (for
+/// `char`) the vocabulary.
+fn setup(args: &TrainArgs) -> Result<(Network, ArrayData, RunConfig, Option<Vec<char>>)> {
+    match args.model.as_str() {
+        "mlp" | "cnn" => {
+            let (network, base) =
+                if args.model == "mlp" { (mlp(512), RunConfig::mlp()) } else { (cnn(32, 64), RunConfig::cnn()) };
+            let data = Digits::load()?.arrays(&network.example)?;
+            Ok((network, data, base, None))
+        }
+        "char" => {
+            let text = match &args.text {
+                Some(path) => {
+                    std::fs::read_to_string(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))?
+                }
+                None => TEXT.to_string(),
+            };
+            let seq = 32;
+            let stride = if text.len() < EVERY_WINDOW_BELOW { 1 } else { seq };
+            let (vocab, data) = char_windows(&text, seq, stride)?;
+            let network = char_transformer(TransformerConfig { vocab: vocab.len(), seq, dim: 64, heads: 4, layers: 2 });
+            // 400 steps of 16 windows unless --epochs or --steps say otherwise.
+            let base = RunConfig { epochs: usize::MAX, max_steps: Some(400), held_out: 0.1, ..RunConfig::mlp() };
+            Ok((network, data, base, Some(vocab)))
+        }
+        other => Err(Error::input(format!("unknown model '{other}' (mlp, cnn, char)"))),
     }
-    Schedule::Constant(lr).check()?;
-    println!(
-        "rlx train char: {} characters ({} distinct), transformer {} layers x {} dims, {} params, {steps} steps of {batch} windows of {}",
-        ids.len(),
-        vocab.len(),
-        cfg.layers,
-        cfg.dim,
-        network.size(),
-        cfg.seq
-    );
-    let schedule = Schedule::WarmupCosine {
-        init: 0.0,
-        peak: lr,
-        warmup: (steps / 20) as u64,
-        decay_steps: steps as u64,
-        end: lr * 0.05,
+}
+
+fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
+    let (rank, ranks) = group.map_or((0, 1), |g| (g.rank(), g.size()));
+    let root = rank == 0;
+    let options = CompileOptions { threads: args.threads, ..CompileOptions::default() };
+    let (network, data, base, vocab) = setup(args)?;
+    let base = match &args.resume {
+        Some(dir) => RunConfig::saved_in(dir, args.device)?,
+        None => base,
     };
-    let mut trainer = Trainer::on(args.device, network, batch, rule(&args.optimizer)?, schedule, args.seed, options)?;
-    let mut rng = rlx::train::Rng::new(args.seed);
-    let pb = bar(steps);
-    let start = std::time::Instant::now();
-    let mut losses = Vec::new();
-    for step in 0..steps {
-        let mut x = Vec::with_capacity(batch * cfg.seq);
-        let mut y = Vec::with_capacity(batch * cfg.seq);
-        for _ in 0..batch {
-            let at = (rng.next_u64() % (ids.len() - cfg.seq - 1) as u64) as usize;
-            x.extend_from_slice(&ids[at..at + cfg.seq]);
-            y.extend_from_slice(&ids[at + 1..at + cfg.seq + 1]);
-        }
-        let x = HostTensor::from_i64(&[batch, cfg.seq], &x)?;
-        let y = HostTensor::from_i64(&[batch, cfg.seq], &y)?;
-        let loss = trainer.step(&x, &y)?;
-        losses.push((step as f64 + 1.0, loss as f64));
-        pb.set_position(step as u64 + 1);
-        pb.set_message(format!("loss {loss:.4}"));
-        if (step + 1) % (steps / 10).max(1) == 0 {
-            pb.suspend(|| println!("step {:>5}  loss {loss:.4}  ({:.1} s)", step + 1, start.elapsed().as_secs_f64()));
+    let cfg = RunConfig {
+        epochs: args.epochs.unwrap_or(if args.steps.is_some() { usize::MAX } else { base.epochs }),
+        max_steps: if args.epochs.is_some() && args.steps.is_none() { None } else { args.steps.or(base.max_steps) },
+        batch: args.batch.unwrap_or(base.batch),
+        lr: args.lr.unwrap_or(base.lr),
+        rule: match &args.optimizer {
+            Some(name) => rule(name)?,
+            None => base.rule,
+        },
+        seed: args.seed.unwrap_or(base.seed),
+        device: args.device,
+        ..base
+    };
+    let control = RunControl {
+        save: args.save.clone(),
+        resume: args.resume.clone(),
+        stop_after_epochs: args.stop_after,
+        group,
+        bucket_bytes: (args.bucket_mib * (1 << 20) as f64) as usize,
+    };
+    let name = args.model.as_str();
+    let (train_n, held_n) = {
+        let (t, h) = data.split(cfg.held_out, cfg.seed);
+        (t.len(), h.len())
+    };
+    let steps_planned = cfg.epochs.saturating_mul(train_n / cfg.batch.max(1)).min(cfg.max_steps.unwrap_or(usize::MAX));
+    if root {
+        println!(
+            "rlx train {name}: {train_n} training / {held_n} held-out examples {}, {} params, lr {} (warmup + cosine), global batch {}{}, {steps_planned} steps, seed {}",
+            rlx::ir::shape::fmt_dims(&network.example),
+            network.size(),
+            cfg.lr,
+            cfg.batch,
+            if ranks > 1 { format!(" over {ranks} ranks") } else { String::new() },
+            cfg.seed
+        );
+        if let Some(dir) = &args.resume {
+            println!("resuming from {}", dir.display());
         }
     }
+    let metrics_path = args.metrics.clone().unwrap_or_else(|| PathBuf::from(format!("rlx-train-{name}.jsonl")));
+    // Opened at the first step, so that settings refused before it leave no file.
+    let mut metrics: Option<MetricsLog> = None;
+    let pb = if root { bar(steps_planned) } else { ProgressBar::hidden() };
+    let mut last_step: Option<StepReport> = None;
+    let (mut reduce_bytes, mut reduce_s, mut step_s, mut reduced_steps) = (0usize, 0f64, 0f64, 0usize);
+    let run = rlx::train::train(network, &data, &cfg, &options, &control, |p| {
+        if root && metrics.is_none() {
+            metrics = Some(MetricsLog::create(&metrics_path, args.resume.is_some())?);
+        }
+        match p {
+            Progress::Step(s) => {
+                pb.set_position(s.step as u64);
+                if let Some(r) = &s.reduce {
+                    (reduce_bytes, reduce_s, step_s, reduced_steps) =
+                        (r.bytes, reduce_s + r.seconds, step_s + s.seconds, reduced_steps + 1);
+                }
+                if s.step % 10 == 0 {
+                    pb.set_message(format!("loss {:.4}", s.loss));
+                }
+                last_step = Some(s.clone());
+                metrics.as_mut().map_or(Ok(()), |m| m.step(s))
+            }
+            Progress::Epoch(e) => {
+                let exchange = if reduced_steps > 0 {
+                    let per = reduce_s / reduced_steps as f64;
+                    format!(
+                        "  allreduce {:.2} MiB/step in {:.2} ms ({:.0}% of a step)",
+                        reduce_bytes as f64 / (1 << 20) as f64,
+                        per * 1e3,
+                        100.0 * reduce_s / step_s.max(1e-12)
+                    )
+                } else {
+                    String::new()
+                };
+                (reduce_s, step_s, reduced_steps) = (0.0, 0.0, 0);
+                if root {
+                    pb.suspend(|| {
+                        println!(
+                            "epoch {:>3}  train loss {:.4}  held-out loss {:.4}  accuracy {:.2}%  ({:.1} s){exchange}",
+                            e.epoch + 1,
+                            e.train_loss(),
+                            e.held_out_loss,
+                            100.0 * e.held_out_accuracy,
+                            e.seconds
+                        )
+                    });
+                }
+                let step = last_step.as_ref().map_or(0, |s| s.step);
+                metrics.as_mut().map_or(Ok(()), |m| m.epoch(e, step))
+            }
+        }
+    });
     pb.finish_and_clear();
-    // Greedy continuation of the text's first window.
-    let mut context: Vec<i64> = ids[..cfg.seq].to_vec();
-    let mut sample: String = TEXT.chars().take(cfg.seq).collect();
-    for _ in 0..160 {
-        let window = HostTensor::from_i64(&[1, cfg.seq], &context[context.len() - cfg.seq..])?;
-        let (_, logits) = trainer.evaluate(&window, &window)?;
-        let last = &logits[(cfg.seq - 1) * vocab.len()..];
-        let next = last.iter().enumerate().fold(0, |b, (i, &v)| if v > last[b] { i } else { b });
-        context.push(next as i64);
-        sample.push(vocab[next]);
+    let (trainer, epochs) = run?;
+    let hash = trainer.core.params_sha256();
+    if ranks > 1 {
+        println!("rank {rank}/{ranks}: params sha256 {hash}");
     }
-    println!("\nsample (greedy, from the first {} characters):\n{sample}\n", cfg.seq);
-    let plot = args.plot.clone().unwrap_or_else(|| PathBuf::from("rlx-train-char.png"));
-    line_chart(
-        &plot,
-        "rlx train char: cross-entropy",
-        "step",
-        "loss",
-        &[Series { label: "train", points: &losses, color: [40, 100, 220] }],
-    )?;
+    if !root {
+        return Ok(());
+    }
+    if ranks == 1 {
+        println!("params sha256 {hash}");
+    }
+    let Some(last) = epochs.last() else {
+        println!("nothing left to train: the checkpoint is at the end of its run");
+        return Ok(());
+    };
+    if let Some(vocab) = vocab {
+        sample(trainer, &data, &vocab)?;
+    }
+    let plot = args.plot.clone().unwrap_or_else(|| PathBuf::from(format!("rlx-train-{name}.png")));
+    plot_run(&plot, name, &epochs)?;
+    let saved = args.save.as_ref().map_or(String::new(), |d| format!("; checkpoint in {}", d.display()));
     println!(
-        "done: loss {:.4} -> {:.4} in {:.1} s; loss curve in {}",
-        losses.first().map_or(0.0, |l| l.1),
-        losses.last().map_or(0.0, |l| l.1),
-        start.elapsed().as_secs_f64(),
-        plot.display()
+        "done: held-out loss {:.4}, accuracy {:.2}% after epoch {} in {:.1} s; loss curve in {}, metrics in {}{saved}",
+        last.held_out_loss,
+        100.0 * last.held_out_accuracy,
+        last.epoch + 1,
+        last.seconds,
+        plot.display(),
+        metrics_path.display()
     );
     Ok(())
+}
+
+/// Greedy continuation of the data's first window.
+fn sample(mut trainer: Trainer, data: &ArrayData, vocab: &[char]) -> Result<()> {
+    let seq = data.example()[0];
+    let mut context: Vec<i64> = data.x.to_f64_vec()[..seq].iter().map(|&v| v as i64).collect();
+    let mut text: String = context.iter().map(|&i| vocab[i as usize]).collect();
+    for _ in 0..160 {
+        let window = HostTensor::from_i64(&[1, seq], &context[context.len() - seq..])?;
+        let (_, logits) = trainer.evaluate(&window, &window)?;
+        let last = &logits[(seq - 1) * vocab.len()..];
+        let next = last.iter().enumerate().fold(0, |b, (i, &v)| if v > last[b] { i } else { b });
+        context.push(next as i64);
+        text.push(vocab[next]);
+    }
+    println!("\nsample (greedy, from the first {seq} characters):\n{text}\n");
+    Ok(())
+}
+
+/// Training loss per step and held-out loss per epoch, against the step.
+fn plot_run(path: &Path, model: &str, epochs: &[Epoch]) -> Result<()> {
+    let per = epochs.first().map_or(1, |e| e.step_losses.len().max(1));
+    let train: Vec<(f64, f64)> = epochs
+        .iter()
+        .flat_map(|e| e.step_losses.iter())
+        .enumerate()
+        .map(|(i, &l)| (i as f64 + 1.0, l as f64))
+        .collect();
+    // A moving average over an epoch's worth of steps keeps the curve readable.
+    let smooth: Vec<(f64, f64)> = train
+        .iter()
+        .enumerate()
+        .map(|(i, &(x, _))| {
+            let from = i.saturating_sub(per - 1);
+            (x, train[from..=i].iter().map(|p| p.1).sum::<f64>() / (i - from + 1) as f64)
+        })
+        .collect();
+    let held: Vec<(f64, f64)> = epochs.iter().map(|e| (((e.epoch + 1) * per) as f64, e.held_out_loss as f64)).collect();
+    line_chart(
+        path,
+        &format!("rlx train {model}: cross-entropy"),
+        "step",
+        "loss",
+        &[
+            Series { label: "train (epoch mean)", points: &smooth, color: [40, 100, 220] },
+            Series { label: "held out", points: &held, color: [230, 90, 30] },
+        ],
+    )
 }

@@ -489,21 +489,88 @@ fn llm_commands_fail_cleanly() {
 }
 
 #[test]
-fn train_reports_epochs_and_writes_the_loss_curve() {
+fn train_reports_epochs_and_writes_the_loss_curve_and_metrics() {
     let dir = scratch("train");
     let png = dir.join("curve.png");
-    let o = rlx(&["train", "mlp", "--epochs", "2", "--plot", png.to_str().unwrap()]);
+    let metrics = dir.join("run.jsonl");
+    let o = rlx(&[
+        "train",
+        "mlp",
+        "--epochs",
+        "2",
+        "--plot",
+        png.to_str().unwrap(),
+        "--metrics",
+        metrics.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    for needle in ["1438 training / 359 held-out", "epoch   1", "epoch   2", "held-out accuracy", "curve.png"] {
+    for needle in
+        ["1438 training / 359 held-out", "epoch   1", "epoch   2", "held-out loss", "curve.png", "params sha256 "]
+    {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
-    let o = rlx(&["train", "char", "--epochs", "20", "--plot", dir.join("char.png").to_str().unwrap()]);
+    // One JSON object per step (89 a epoch), then one per epoch.
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&metrics).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let steps: Vec<_> = lines.iter().filter(|l| l["kind"] == "step").collect();
+    let epochs: Vec<_> = lines.iter().filter(|l| l["kind"] == "epoch").collect();
+    assert_eq!((steps.len(), epochs.len()), (178, 2));
+    assert!(steps.iter().enumerate().all(|(i, s)| s["step"] == i + 1 && s["loss"].as_f64().unwrap() > 0.0));
+    assert!(steps.iter().all(|s| s["lr"].as_f64().unwrap() >= 0.0 && s["examples_per_s"].as_f64().unwrap() > 0.0));
+    assert_eq!(epochs[1]["step"], 178);
+    let accuracy = epochs[1]["held_out_accuracy"].as_f64().unwrap();
+    assert!(accuracy > 0.9 && out.contains(&format!("accuracy {:.2}%", 100.0 * accuracy)), "{accuracy}\n{out}");
+    let o = rlx(&[
+        "train",
+        "char",
+        "--steps",
+        "20",
+        "--plot",
+        dir.join("char.png").to_str().unwrap(),
+        "--metrics",
+        metrics.to_str().unwrap(),
+    ]);
     assert!(o.status.success() && stdout(&o).contains("sample (greedy"), "{}", stderr(&o));
     for bad in [&["train", "resnet"][..], &["train", "mlp", "--optimizer", "rmsprop"]] {
         let o = rlx(bad);
         assert!(!o.status.success() && stderr(&o).lines().count() == 1, "{bad:?}: {}", stderr(&o));
+    }
+}
+
+/// `--save` + `--stop-after` then `--resume` equals the run in one piece, bit for bit;
+/// a checkpoint of another model is one error line.
+#[test]
+fn train_resumes_from_a_checkpoint_bit_for_bit() {
+    let dir = scratch("train_resume");
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let common = ["--epochs", "4", "--batch", "32", "--plot", &path("p.png"), "--metrics", &path("m.jsonl")];
+    let hash = |o: &Output| {
+        assert!(o.status.success(), "{}", stderr(o));
+        let out = stdout(o);
+        out.lines()
+            .find_map(|l| l.strip_prefix("params sha256 "))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    let whole = hash(&rlx(&[&["train", "mlp"][..], &common].concat()));
+    let ckpt = path("ckpt");
+    let first = rlx(&[&["train", "mlp", "--save", &ckpt, "--stop-after", "2"][..], &common].concat());
+    assert_ne!(hash(&first), whole);
+    let o = rlx(&["train", "mlp", "--resume", &ckpt, "--plot", &path("p.png"), "--metrics", &path("m.jsonl")]);
+    assert!(stdout(&o).contains("resuming from") && stdout(&o).contains("epoch   3"), "{}", stdout(&o));
+    assert_eq!(hash(&o), whole);
+    // The metrics file of the resumed run continues the first one's.
+    let epochs = std::fs::read_to_string(path("m.jsonl")).unwrap().lines().filter(|l| l.contains("\"epoch\",")).count();
+    assert!(epochs >= 2, "{epochs}");
+    for (args, needle) in [
+        (&["train", "cnn", "--resume", &ckpt][..], "checkpoint of another model"),
+        (&["train", "mlp", "--resume", &ckpt, "--batch", "16"], "trained with batch 32, this run asks for 16"),
+    ] {
+        let o = rlx(args);
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.lines().count() == 1 && err.contains(needle), "{args:?}: {err}");
     }
 }
 
@@ -519,7 +586,7 @@ fn train_refuses_settings_that_would_train_nothing() {
         (&["train", "char", "--lr=-inf"], "got -inf"),
         (&["train", "mlp", "--batch", "0"], "the batch size must lie in 1..=1438"),
         (&["train", "cnn", "--batch", "5000"], "got 5000"),
-        (&["train", "char", "--batch", "0"], "the batch size must be at least 1"),
+        (&["train", "char", "--batch", "0"], "the batch size must lie in 1..=1052"),
         (&["train", "mlp", "--threads", &threads], "per core"),
         (&["train", "char", "--threads", &threads], "per core"),
     ];

@@ -89,7 +89,8 @@ impl Rule {
         Rule::Lion { b1: 0.9, b2: 0.99, weight_decay }
     }
 
-    fn moments(&self) -> usize {
+    /// How many buffers per param the rule keeps (SGD without momentum none).
+    pub fn moments(&self) -> usize {
         match self {
             Rule::Sgd { momentum, .. } => usize::from(*momentum != 0.0),
             Rule::Adam { .. } => 2,

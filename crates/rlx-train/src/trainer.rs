@@ -8,6 +8,7 @@
 //! step rounds the masters into the params (to nearest even) and gets f32 gradients back,
 //! since the graph is differentiated before the params are narrowed.
 
+use crate::checkpoint;
 use crate::models::Network;
 use rlx_autodiff::grad_with_loss;
 use rlx_compile::passes::params_stored_as;
@@ -15,6 +16,7 @@ use rlx_ir::shape::fmt_type;
 use rlx_ir::{Error, Graph, HostTensor, Result, TensorRef};
 use rlx_optim::{Optimizer, Rule, Schedule};
 use rlx_runtime::{CompileOptions, CompiledGraph, Device, Session};
+use std::path::Path;
 
 /// Trains the params of any graph whose first output is a scalar loss: the gradient
 /// graph (`grad_with_loss` with respect to every param) compiled once, f32 master copies
@@ -22,7 +24,9 @@ use rlx_runtime::{CompileOptions, CompiledGraph, Device, Session};
 /// network, its batch size and an evaluation graph; the Python `rlx.Trainer` is this.
 pub struct GraphTrainer {
     step: CompiledGraph,
+    model: String,
     names: Vec<String>,
+    dims: Vec<Vec<usize>>,
     /// The f32 master copy of each param, in [`GraphTrainer::names`] order.
     pub params: Vec<Vec<f32>>,
     pub optimizer: Optimizer,
@@ -65,6 +69,13 @@ impl GraphTrainer {
             return Err(Error::input(format!("'{}' has no param '{extra}'", loss.name())));
         }
         let names: Vec<String> = params.iter().map(|(n, _)| n.clone()).collect();
+        let dims = names
+            .iter()
+            .map(|n| {
+                let p = declared.iter().find(|&&p| loss.node(p).and_then(|n| n.leaf_name()) == Some(n.as_str()));
+                p.map(|&p| loss.dims(p).to_vec()).unwrap_or_default()
+            })
+            .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let grad = grad_with_loss(loss, &refs)?;
         let step = session.compile_with(&with_half_params(&grad, options)?, options)?;
@@ -78,7 +89,8 @@ impl GraphTrainer {
         let seed = (seed.name.clone(), HostTensor::from_f32_as(seed.dtype, &seed.dims, &[1.0])?);
         let params: Vec<Vec<f32>> = params.into_iter().map(|(_, v)| v).collect();
         let sizes: Vec<usize> = params.iter().map(Vec::len).collect();
-        Ok(GraphTrainer { optimizer: Optimizer::new(rule, schedule, &sizes), step, names, params, seed })
+        let optimizer = Optimizer::new(rule, schedule, &sizes);
+        Ok(GraphTrainer { optimizer, step, model: loss.name().to_string(), names, dims, params, seed })
     }
 
     /// The params' names, in the order of [`GraphTrainer::params`].
@@ -96,17 +108,64 @@ impl GraphTrainer {
         set_params(&self.names, &self.params, c)
     }
 
+    /// Each param's dims, in the order of [`GraphTrainer::params`].
+    pub fn dims(&self) -> &[Vec<usize>] {
+        &self.dims
+    }
+
     /// One update on a batch (the loss graph's inputs by name, borrowed); returns the
     /// batch loss (before the update).
     pub fn step(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<f32> {
+        let (loss, mut grads) = self.gradients(inputs)?;
+        self.apply(&mut grads)?;
+        Ok(loss)
+    }
+
+    /// The batch loss and every param's gradient (f32, in [`GraphTrainer::names`] order)
+    /// at the current params; [`GraphTrainer::step`] is this then [`GraphTrainer::apply`].
+    pub fn gradients(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<(f32, Vec<Vec<f32>>)> {
         set_params(&self.names, &self.params, &mut self.step)?;
         let mut all = inputs.to_vec();
         all.push((&self.seed.0, self.seed.1.view()));
         let mut out = self.step.run_views(&all)?;
         let loss = out[0].to_f32_vec()[0];
-        let mut grads: Vec<Vec<f32>> = out.drain(1..).map(|t| t.to_f32_vec()).collect();
-        self.optimizer.step(&mut self.params, &mut grads)?;
-        Ok(loss)
+        Ok((loss, out.drain(1..).map(|t| t.to_f32_vec()).collect()))
+    }
+
+    /// One optimizer update from `grads` (clipped in place when the optimizer clips).
+    pub fn apply(&mut self, grads: &mut [Vec<f32>]) -> Result<()> {
+        self.optimizer.step(&mut self.params, grads).map(|_| ())
+    }
+
+    /// Writes the params, the optimizer and `run` (the training loop's own state, given
+    /// back by [`GraphTrainer::resume`]) to the checkpoint directory `dir`.
+    pub fn save(&self, dir: &Path, run: &serde_json::Value) -> Result<()> {
+        let state = checkpoint::State {
+            model: &self.model,
+            names: &self.names,
+            dims: &self.dims,
+            params: &self.params,
+            optimizer: &self.optimizer,
+        };
+        checkpoint::save(dir, &state, run)
+    }
+
+    /// Replaces the params and the optimizer (rule, schedule, state) by those saved in
+    /// `dir`, whose params must have these names and dims; returns the loop state saved.
+    pub fn resume(&mut self, dir: &Path) -> Result<serde_json::Value> {
+        checkpoint::load(dir, &self.names, &self.dims, &mut self.params, &mut self.optimizer)
+    }
+
+    /// SHA-256 of the params (each one's name, then its f32 values little-endian), in
+    /// hex: equal on every rank of a data-parallel run.
+    pub fn params_sha256(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for (name, values) in self.names.iter().zip(&self.params) {
+            h.update(name.as_bytes());
+            values.iter().for_each(|v| h.update(v.to_le_bytes()));
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -167,6 +226,16 @@ impl Trainer {
     /// One update on a batch; returns the batch loss (before the update).
     pub fn step(&mut self, x: &HostTensor, y: &HostTensor) -> Result<f32> {
         self.core.step(&[("x", x.view()), ("y", y.view())])
+    }
+
+    /// [`GraphTrainer::save`] of the network's params.
+    pub fn save(&self, dir: &Path, run: &serde_json::Value) -> Result<()> {
+        self.core.save(dir, run)
+    }
+
+    /// [`GraphTrainer::resume`]: the network's params and optimizer from `dir`.
+    pub fn resume(&mut self, dir: &Path) -> Result<serde_json::Value> {
+        self.core.resume(dir)
     }
 
     /// Loss and logits on a batch of any size (its graph compiles on first use).
