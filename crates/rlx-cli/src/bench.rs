@@ -236,3 +236,83 @@ fn jax_train(threads: usize) -> std::result::Result<serde_json::Value, String> {
     }
     serde_json::from_slice(&out.stdout).map_err(|e| format!("JAX output: {e}"))
 }
+
+/// Steps each distributed run trains, and the first ones left out of the rate (graph
+/// compilation and cold caches).
+const DISTRIBUTED_STEPS: usize = 230;
+const DISTRIBUTED_WARMUP: usize = 30;
+
+/// `rlx bench train --distributed`: `rlx train char` (global batches of 32 and 64) under
+/// `mpirun -np 1` and `-np 2`, one thread per rank; steps/s from each step's wall time in the rank-0
+/// metrics file, and the gradient allreduce's time and share of a step.
+pub fn train_distributed() -> Result<()> {
+    let exe = std::env::current_exe().map_err(|e| Error::io(format!("the rlx executable: {e}")))?;
+    let scratch = std::env::temp_dir().join(format!("rlx-bench-train-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| Error::io(format!("{}: {e}", scratch.display())))?;
+    println!("rlx bench train --distributed: {}", cpu_model());
+    println!(
+        "char transformer 2x64 (108k params), windows of 32 characters, {DISTRIBUTED_STEPS} steps (first {DISTRIBUTED_WARMUP} not timed), 1 thread per rank, MPI over shared memory"
+    );
+    println!();
+    println!(
+        "{:>6} {:>6} {:>8} {:>10} {:>9} {:>16} {:>15} {:>8}",
+        "batch", "ranks", "threads", "steps/s", "speedup", "allreduce/step", "allreduce time", "share"
+    );
+    // Each batch's 1-rank rate, which its 2-rank run is compared with.
+    let mut one_rank = 0.0;
+    for (batch, ranks) in [(32, 1), (32, 2), (64, 1), (64, 2)] {
+        let metrics = scratch.join(format!("ranks{ranks}.jsonl"));
+        let out = std::process::Command::new("mpirun")
+            .args(["--oversubscribe", "-np", &ranks.to_string()])
+            .arg(&exe)
+            .args(["train", "char", "--distributed", "--threads", "1", "--batch", &batch.to_string()])
+            .args(["--steps", &DISTRIBUTED_STEPS.to_string()])
+            .arg("--metrics")
+            .arg(&metrics)
+            .arg("--plot")
+            .arg(scratch.join("plot.png"))
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .output()
+            .map_err(|e| Error::io(format!("mpirun: {e} (install Open MPI: apt-get install openmpi-bin)")))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(Error::internal(format!("mpirun -np {ranks} failed: {}", err.trim().replace('\n', " "))));
+        }
+        let text = std::fs::read_to_string(&metrics).map_err(|e| Error::io(format!("{}: {e}", metrics.display())))?;
+        let steps: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["kind"] == "step")
+            .skip(DISTRIBUTED_WARMUP)
+            .collect();
+        let field = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+        let seconds: f64 = steps.iter().map(|v| batch as f64 / field(v, "examples_per_s")).sum();
+        let reduce: f64 = steps.iter().map(|v| field(v, "allreduce_s")).sum();
+        let bytes = steps.first().map_or(0.0, |v| field(v, "allreduce_bytes"));
+        let rate = steps.len() as f64 / seconds;
+        if ranks == 1 {
+            one_rank = rate;
+        }
+        let speedup = rate / one_rank;
+        let per = reduce / steps.len().max(1) as f64;
+        println!(
+            "{batch:>6} {ranks:>6} {:>8} {rate:>10.1} {speedup:>8.2}x {:>12.2} MiB {:>12.3} ms {:>7.1}%",
+            1,
+            bytes / (1 << 20) as f64,
+            per * 1e3,
+            100.0 * reduce / seconds
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!("\nsteps/s counts each step's wall time on rank 0: gather, forward + backward, allreduce, update");
+    Ok(())
+}
+
+/// The CPU's model name, from /proc/cpuinfo.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())))
+        .unwrap_or_else(|| "unknown CPU".into())
+}

@@ -363,6 +363,10 @@ enum Command {
         /// `cpu` or `gpu` (wgpu: Vulkan / Metal / DX12).
         #[arg(long, default_value = "cpu")]
         device: String,
+        /// For `train`: the character transformer's steps/s data-parallel under
+        /// `mpirun`, 1 rank against 2 ranks of 1 thread each, and the allreduce's share.
+        #[arg(long)]
+        distributed: bool,
     },
 }
 
@@ -497,6 +501,7 @@ fn main() -> ExitCode {
         Command::Bench { what, model, threads, llama_cpp, clients, tokens, rounds, .. } if what == "serve" => {
             llm::bench_serve(model, &threads, llama_cpp, clients, tokens, rounds)
         }
+        Command::Bench { what, distributed: true, .. } if what == "train" => bench::train_distributed(),
         Command::Bench { what, device, .. } if device == "gpu" => bench::bench_gpu(&what),
         Command::Bench { what, .. } => bench::bench(&what),
     };
