@@ -262,9 +262,19 @@ enum Command {
     /// Train the digits MLP or CNN (held-out accuracy, loss-curve PNG), or a character
     /// transformer on an embedded text (then a sample).
     Train {
-        /// `mlp`, `cnn` or `char`.
+        /// `mlp`, `cnn`, `char`, or `graph LOSS.json` (with --data DIR).
         #[arg(default_value = "mlp")]
         model: String,
+        /// For `graph`: the loss graph (JSON): inputs `x` and `y` (i64 class ids),
+        /// outputs `[loss]` or `[loss, logits]`, f32 params.
+        loss_graph: Option<PathBuf>,
+        /// For `graph`: a directory with `x.npy` (features, one example per row) and
+        /// `y.npy` (integer targets).
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+        /// Initial values for some or all params (safetensors), instead of the seeded init.
+        #[arg(long, value_name = "FILE")]
+        init: Option<PathBuf>,
         /// Epochs over the training examples (char: until --steps, 400 by default).
         #[arg(long)]
         epochs: Option<usize>,
@@ -453,6 +463,9 @@ fn main() -> ExitCode {
         Command::Check { graph, backend, json, shapes } => check::check(&graph, &backend, json, &shapes),
         Command::Train {
             model,
+            loss_graph,
+            data,
+            init,
             epochs,
             steps,
             batch,
@@ -472,6 +485,9 @@ fn main() -> ExitCode {
         } => Device::from_name(&device).and_then(|device| {
             train::train(&train::TrainArgs {
                 model,
+                loss_graph,
+                data,
+                init,
                 epochs,
                 steps,
                 batch,
@@ -520,7 +536,7 @@ fn main() -> ExitCode {
 }
 
 /// Reads and parses a graph file.
-fn load_graph(path: &std::path::Path) -> rlx::Result<rlx::prelude::Graph> {
+pub(crate) fn load_graph(path: &std::path::Path) -> rlx::Result<rlx::prelude::Graph> {
     let text = std::fs::read_to_string(path).map_err(|e| rlx::Error::io(format!("{}: {e}", path.display())))?;
     rlx::prelude::Graph::from_json(&text).map_err(|e| e.context(path.display()))
 }

@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 pub struct TrainArgs {
     pub model: String,
+    pub loss_graph: Option<PathBuf>,
+    pub data: Option<PathBuf>,
+    pub init: Option<PathBuf>,
     pub epochs: Option<usize>,
     pub steps: Option<usize>,
     pub batch: Option<usize>,
@@ -116,10 +119,25 @@ I never writ, nor no man ever lov'd.
 /// per character (Botchan's 300 kB: 10k windows).
 const EVERY_WINDOW_BELOW: usize = 64 << 10;
 
-/// What `args.model` trains: the network, its data, its default settings, and (for
-/// `char`) the vocabulary.
-fn setup(args: &TrainArgs) -> Result<(Network, ArrayData, RunConfig, Option<Vec<char>>)> {
+/// What `args.model` trains: the network, its data, its default settings (for `ranks`
+/// ranks), and (for `char`) the vocabulary.
+fn setup(args: &TrainArgs, ranks: usize) -> Result<(Network, ArrayData, RunConfig, Option<Vec<char>>)> {
+    if args.model != "graph" && (args.loss_graph.is_some() || args.data.is_some()) {
+        return Err(Error::input(format!("a loss graph and --data are for `rlx train graph`, not '{}'", args.model)));
+    }
     match args.model.as_str() {
+        "graph" => {
+            let (Some(path), Some(dir)) = (&args.loss_graph, &args.data) else {
+                return Err(Error::input(
+                    "rlx train graph needs a loss graph and its data: rlx train graph LOSS.json --data DIR",
+                ));
+            };
+            let network = Network::from_loss_graph(crate::load_graph(path)?)?;
+            let data = ArrayData::new(rlx::io::load_npy(dir.join("x.npy"))?, rlx::io::load_npy(dir.join("y.npy"))?)
+                .map_err(|e| e.context(dir.display()))?;
+            let batch = network.fixed_batch().unwrap_or(1) * ranks;
+            Ok((network, data, RunConfig { epochs: 10, batch, ..RunConfig::mlp() }, None))
+        }
         "mlp" | "cnn" => {
             let (network, base) =
                 if args.model == "mlp" { (mlp(512), RunConfig::mlp()) } else { (cnn(32, 64), RunConfig::cnn()) };
@@ -141,7 +159,7 @@ fn setup(args: &TrainArgs) -> Result<(Network, ArrayData, RunConfig, Option<Vec<
             let base = RunConfig { epochs: usize::MAX, max_steps: Some(400), held_out: 0.1, ..RunConfig::mlp() };
             Ok((network, data, base, Some(vocab)))
         }
-        other => Err(Error::input(format!("unknown model '{other}' (mlp, cnn, char)"))),
+        other => Err(Error::input(format!("unknown model '{other}' (mlp, cnn, char, graph)"))),
     }
 }
 
@@ -149,7 +167,7 @@ fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
     let (rank, ranks) = group.map_or((0, 1), |g| (g.rank(), g.size()));
     let root = rank == 0;
     let options = CompileOptions { threads: args.threads, ..CompileOptions::default() };
-    let (network, data, base, vocab) = setup(args)?;
+    let (network, data, base, vocab) = setup(args, ranks)?;
     let base = match &args.resume {
         Some(dir) => RunConfig::saved_in(dir, args.device)?,
         None => base,
@@ -168,6 +186,7 @@ fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
         ..base
     };
     let control = RunControl {
+        init: args.init.clone(),
         save: args.save.clone(),
         resume: args.resume.clone(),
         stop_after_epochs: args.stop_after,

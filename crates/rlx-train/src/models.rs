@@ -1,9 +1,11 @@
 //! Networks to train: each is a graph builder for a batch size (inputs `x` and integer
 //! targets `y`; outputs `[loss, logits]`) and a list of named params with their layout,
-//! which decides how they are initialized.
+//! which decides how they are initialized; or a user's loss graph built for one batch
+//! size ([`Network::from_loss_graph`]).
 
 use crate::data::Rng;
-use rlx_ir::{AttentionMask, Conv2dParams, DType, Graph, NodeId, PoolParams, Result, Unary};
+use rlx_ir::shape::fmt_type;
+use rlx_ir::{AttentionMask, Conv2dParams, DType, Error, Graph, NodeId, PoolParams, Result, Unary};
 
 /// How a param is initialized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +31,14 @@ pub struct ParamSpec {
 /// `(loss, logits)` (params are already declared).
 type Build = Box<dyn Fn(&mut Graph, NodeId, NodeId, usize) -> Result<(NodeId, NodeId)> + Send + Sync>;
 
+/// How a network's graph comes about.
+enum Body {
+    /// Built for any batch size.
+    Build(Build),
+    /// A whole loss graph for the batch size it was built for.
+    Fixed { graph: Graph, batch: usize },
+}
+
 /// A trainable network.
 pub struct Network {
     pub name: String,
@@ -39,20 +49,118 @@ pub struct Network {
     pub x_dtype: DType,
     /// Dims of one example's targets `y` (`[]` for a class label).
     pub target: Vec<usize>,
-    build: Build,
+    body: Body,
 }
 
 impl Network {
+    /// A network whose `build` adds, to a graph holding inputs `x` (`[batch, ..example]`
+    /// of `x_dtype`), `y` (`[batch, ..target]` i64) and the `params`, the nodes from them
+    /// to `(loss, logits)`: a scalar loss and per-class scores (last axis).
+    pub fn new(
+        name: &str,
+        params: Vec<ParamSpec>,
+        (example, x_dtype): (&[usize], DType),
+        target: &[usize],
+        build: impl Fn(&mut Graph, NodeId, NodeId, usize) -> Result<(NodeId, NodeId)> + Send + Sync + 'static,
+    ) -> Network {
+        Network {
+            name: name.into(),
+            params,
+            example: example.to_vec(),
+            x_dtype,
+            target: target.to_vec(),
+            body: Body::Build(Box::new(build)),
+        }
+    }
+
+    /// A network from a loss graph built for one batch size (a graph JSON): inputs `x`
+    /// (features, `[batch, ..]`) and `y` (integer targets, `[batch, ..]` i64), f32
+    /// params, outputs `[loss]` or `[loss, logits]` (logits give the accuracy). Params
+    /// of 2 or more dims start He-uniform (fan-in: the first dim, or c*kh*kw of a 4-D
+    /// conv weight), vectors at zero; give other values with an init file.
+    pub fn from_loss_graph(graph: Graph) -> Result<Network> {
+        let err = |why: String| Err(Error::input(format!("loss graph '{}': {why}", graph.name())));
+        let leaf = |id: NodeId| graph.node(id).and_then(|n| n.leaf_name()).unwrap_or_default().to_string();
+        let inputs: Vec<String> = graph.inputs().into_iter().map(leaf).collect();
+        let (Some(x), Some(y)) = (graph.find_leaf("x"), graph.find_leaf("y")) else {
+            return err(format!("needs inputs 'x' (features) and 'y' (targets), it has {inputs:?}"));
+        };
+        if inputs.len() != 2 {
+            return err(format!("needs exactly the inputs 'x' and 'y', it has {inputs:?}"));
+        }
+        let (xd, yd) = (graph.dims(x).to_vec(), graph.dims(y).to_vec());
+        if xd.is_empty() || yd.first() != xd.first() {
+            return err(format!(
+                "'x' {} and 'y' {} need the same batch size as their first dim",
+                fmt_type(graph.dtype(x), &xd),
+                fmt_type(graph.dtype(y), &yd)
+            ));
+        }
+        if graph.dtype(y) != DType::I64 {
+            return err(format!("'y' must hold i64 class ids, it is {}", fmt_type(graph.dtype(y), &yd)));
+        }
+        let Some(&loss) = graph.outputs().first() else { return err("has no outputs".into()) };
+        if graph.dims(loss).iter().product::<usize>() != 1 {
+            return err(format!(
+                "its first output must be a scalar loss, it is {}",
+                fmt_type(graph.dtype(loss), graph.dims(loss))
+            ));
+        }
+        let mut params = Vec::new();
+        for p in graph.params() {
+            if graph.dtype(p) != DType::F32 {
+                return err(format!(
+                    "param '{}' is {}: trainable params are f32",
+                    leaf(p),
+                    fmt_type(graph.dtype(p), graph.dims(p))
+                ));
+            }
+            let dims = graph.dims(p).to_vec();
+            let init = match dims.len() {
+                0 | 1 => Init::Zeros,
+                4 => Init::Conv,
+                _ => Init::Dense,
+            };
+            params.push(ParamSpec { name: leaf(p), dims, init });
+        }
+        Ok(Network {
+            name: graph.name().to_string(),
+            params,
+            example: xd[1..].to_vec(),
+            x_dtype: graph.dtype(x),
+            target: yd[1..].to_vec(),
+            body: Body::Fixed { batch: xd[0], graph },
+        })
+    }
+
+    /// The one batch size a network from a loss graph takes (None: any).
+    pub fn fixed_batch(&self) -> Option<usize> {
+        match self.body {
+            Body::Build(_) => None,
+            Body::Fixed { batch, .. } => Some(batch),
+        }
+    }
+
     /// The forward graph for `batch` examples: inputs `x`, `y`; params as listed;
-    /// outputs `[loss, logits]`.
+    /// outputs `[loss, logits]` (`[loss]` for a loss graph without logits).
     pub fn graph(&self, batch: usize) -> Result<Graph> {
+        let build = match &self.body {
+            Body::Build(build) => build,
+            Body::Fixed { graph, batch: fixed } if *fixed == batch => return Ok(graph.clone()),
+            Body::Fixed { batch: fixed, .. } => {
+                return Err(Error::input(format!(
+                    "loss graph '{}' is built for batches of {fixed}, not {batch}",
+                    self.name
+                )));
+            }
+        };
         let mut g = Graph::new(&format!("{}_b{batch}", self.name));
         let x = g.input("x", self.x_dtype, &[&[batch][..], &self.example].concat())?;
         let y = g.input("y", DType::I64, &[&[batch][..], &self.target].concat())?;
         for p in &self.params {
             g.param(&p.name, DType::F32, &p.dims)?;
         }
-        let (loss, logits) = (self.build)(&mut g, x, y, batch)?;
+        let (loss, logits) = build(&mut g, x, y, batch)?;
         g.set_outputs(&[loss, logits])?;
         Ok(g)
     }
@@ -114,12 +222,12 @@ pub fn mlp(hidden: usize) -> Network {
         example: vec![64],
         x_dtype: DType::F32,
         target: vec![],
-        build: Box::new(|g, x, y, _| {
+        body: Body::Build(Box::new(|g, x, y, _| {
             let h = dense(g, x, "fc1")?;
             let h = g.unary(Unary::Relu, h)?;
             let logits = dense(g, h, "fc2")?;
             Ok((g.cross_entropy(logits, y)?, logits))
-        }),
+        })),
     }
 }
 
@@ -139,7 +247,7 @@ pub fn cnn(c1: usize, c2: usize) -> Network {
         example: vec![1, 8, 8],
         x_dtype: DType::F32,
         target: vec![],
-        build: Box::new(move |g, x, y, batch| {
+        body: Body::Build(Box::new(move |g, x, y, batch| {
             let same = Conv2dParams::default().with_padding(1);
             let mut h = x;
             for layer in ["conv1", "conv2"] {
@@ -151,7 +259,7 @@ pub fn cnn(c1: usize, c2: usize) -> Network {
             let h = g.reshape(h, &[batch, 4 * c2])?;
             let logits = dense(g, h, "fc")?;
             Ok((g.cross_entropy(logits, y)?, logits))
-        }),
+        })),
     }
 }
 
@@ -191,7 +299,7 @@ pub fn char_transformer(c: TransformerConfig) -> Network {
         example: vec![c.seq],
         x_dtype: DType::I64,
         target: vec![c.seq],
-        build: Box::new(move |g, x, y, batch| {
+        body: Body::Build(Box::new(move |g, x, y, batch| {
             let (s, d, h) = (c.seq, c.dim, c.heads);
             let tok = param(g, "tok_emb");
             let pos = param(g, "pos_emb");
@@ -228,7 +336,7 @@ pub fn char_transformer(c: TransformerConfig) -> Network {
             let flat = g.reshape(logits, &[batch * s, c.vocab])?;
             let targets = g.reshape(y, &[batch * s])?;
             Ok((g.cross_entropy(flat, targets)?, logits))
-        }),
+        })),
     }
 }
 

@@ -93,6 +93,9 @@ impl RunConfig {
 pub struct RunControl<'a> {
     /// Write a checkpoint here after every epoch (rank 0 only).
     pub save: Option<PathBuf>,
+    /// Initial values of some or all params (a safetensors file) instead of the
+    /// network's seeded init.
+    pub init: Option<PathBuf>,
     /// Continue from the checkpoint here (every rank reads it; rank 0's copy wins).
     pub resume: Option<PathBuf>,
     /// Return after this many epochs of this call (the schedule still spans the whole
@@ -262,10 +265,12 @@ pub fn train(
             rlx_ir::shape::fmt_dims(data.target())
         )));
     }
-    // The logits' last axis: the class count every target must lie below.
-    let one = network.graph(1)?;
+    // The logits' last axis: the class count every target must lie below (0: no logits).
+    let one = network.graph(network.fixed_batch().unwrap_or(1))?;
     let classes = one.outputs().get(1).and_then(|&l| one.dims(l).last().copied()).unwrap_or(0);
-    data.check_classes(classes)?;
+    if classes > 0 {
+        data.check_classes(classes)?;
+    }
     let (train_set, held_set) = data.split(cfg.held_out, cfg.seed);
     cfg.check(train_set.len())?;
     let per_epoch = train_set.len() / cfg.batch;
@@ -281,10 +286,20 @@ pub fn train(
     let bucket = if control.bucket_bytes == 0 { DEFAULT_BUCKET_BYTES } else { control.bucket_bytes };
     let mut dp = DataParallel::new(group, bucket);
     let shard = dp.shard(cfg.batch)?;
+    if let Some(fixed) = network.fixed_batch()
+        && cfg.batch != fixed * group.size()
+    {
+        return Err(Error::input(format!(
+            "loss graph '{}' is built for batches of {fixed}: use --batch {} ({fixed} per rank)",
+            network.name,
+            fixed * group.size()
+        )));
+    }
     let weight = shard.len() as f32 / cfg.batch as f32;
     let mut trainer = Trainer::on(cfg.device, network, shard.len(), cfg.rule.clone(), schedule, cfg.seed, options)?;
-    let (tx, ty) = data.batch(&held_set)?;
-    let held_labels: Vec<i64> = ty.to_f64_vec().iter().map(|&v| v as i64).collect();
+    if let Some(path) = &control.init {
+        trainer.core.load_params_file(path)?;
+    }
     let mut rng = Rng::new(cfg.seed ^ 0x5eed);
     let mut first_epoch = 0;
     let config = SavedConfig::of(cfg);
@@ -329,12 +344,7 @@ pub fn train(
         if group.size() > 1 {
             dp.check_same_params(&trainer.core, &format!("after epoch {}", epoch + 1))?;
         }
-        let (held_out_loss, held_out_accuracy) = if held_set.is_empty() {
-            (f32::NAN, f64::NAN)
-        } else {
-            let (loss, logits) = trainer.evaluate(&tx, &ty)?;
-            (loss, accuracy(&logits, &held_labels, classes))
-        };
+        let (held_out_loss, held_out_accuracy) = evaluate(&mut trainer, data, &held_set, classes)?;
         let e = Epoch { epoch, step_losses, held_out_loss, held_out_accuracy, seconds: start.elapsed().as_secs_f64() };
         if let (Some(dir), 0) = (&control.save, group.rank()) {
             let state = LoopState { epoch: epoch + 1, rng: rng.state(), config: config.clone() };
@@ -345,4 +355,27 @@ pub fn train(
         epochs.push(e);
     }
     Ok((trainer, epochs))
+}
+
+/// Mean loss and accuracy (NaN without logits) over the examples `held`: in one batch,
+/// or for a loss graph of one batch size in whole batches of it (the tail left out).
+fn evaluate(trainer: &mut Trainer, data: &ArrayData, held: &[usize], classes: usize) -> Result<(f32, f64)> {
+    let size = trainer.network.fixed_batch().unwrap_or(held.len());
+    let (mut loss, mut hits, mut seen, mut batches) = (0f64, 0f64, 0usize, 0usize);
+    for chunk in held.chunks_exact(size.max(1)) {
+        let (x, y) = data.batch(chunk)?;
+        let (l, logits) = trainer.evaluate(&x, &y)?;
+        let labels: Vec<i64> = y.to_f64_vec().iter().map(|&v| v as i64).collect();
+        if classes > 0 {
+            hits += accuracy(&logits, &labels, classes) * labels.len() as f64;
+        }
+        loss += l as f64;
+        seen += labels.len();
+        batches += 1;
+    }
+    if batches == 0 {
+        return Ok((f32::NAN, f64::NAN));
+    }
+    let accuracy = if classes > 0 { hits / seen as f64 } else { f64::NAN };
+    Ok(((loss / batches as f64) as f32, accuracy))
 }

@@ -156,6 +156,32 @@ impl GraphTrainer {
         checkpoint::load(dir, &self.names, &self.dims, &mut self.params, &mut self.optimizer)
     }
 
+    /// Sets params from a safetensors file (f32 tensors named as params, each of its
+    /// param's dims); params it does not name keep their values.
+    pub fn load_params_file(&mut self, path: &Path) -> Result<()> {
+        let file = rlx_io::load_safetensors(path)?;
+        for (name, t) in &file.tensors {
+            let Some(i) = self.names.iter().position(|n| n == name) else {
+                return Err(Error::input(format!(
+                    "{}: tensor '{name}' is no param of '{}' (its params: {})",
+                    path.display(),
+                    self.model,
+                    self.names.join(", ")
+                )));
+            };
+            if t.dtype() != rlx_ir::DType::F32 || t.dims() != self.dims[i].as_slice() {
+                return Err(Error::input(format!(
+                    "{}: tensor '{name}' is {}, the param is {}",
+                    path.display(),
+                    fmt_type(t.dtype(), t.dims()),
+                    fmt_type(rlx_ir::DType::F32, &self.dims[i])
+                )));
+            }
+            self.params[i] = t.to_f32_vec();
+        }
+        Ok(())
+    }
+
     /// SHA-256 of the params (each one's name, then its f32 values little-endian), in
     /// hex: equal on every rank of a data-parallel run.
     pub fn params_sha256(&self) -> String {
@@ -238,7 +264,8 @@ impl Trainer {
         self.core.resume(dir)
     }
 
-    /// Loss and logits on a batch of any size (its graph compiles on first use).
+    /// Loss and logits (empty for a loss graph without them) on a batch of any size the
+    /// network takes (its graph compiles on first use).
     pub fn evaluate(&mut self, x: &HostTensor, y: &HostTensor) -> Result<(f32, Vec<f32>)> {
         let n = x.dims()[0];
         if self.eval.as_ref().is_none_or(|(b, _)| *b != n) {
@@ -249,7 +276,7 @@ impl Trainer {
         let (_, c) = self.eval.as_mut().expect("compiled above");
         self.core.load_params(c)?;
         let out = c.run_typed(&[("x", x), ("y", y)])?;
-        Ok((out[0].to_f32_vec()[0], out[1].to_f32_vec()))
+        Ok((out[0].to_f32_vec()[0], out.get(1).map_or_else(Vec::new, |l| l.to_f32_vec())))
     }
 }
 
