@@ -303,6 +303,9 @@ enum Command {
         /// rlx-train-MODEL.jsonl; a resumed run appends).
         #[arg(long)]
         metrics: Option<PathBuf>,
+        /// Also write TensorBoard event files to DIR (`tensorboard --logdir DIR`).
+        #[arg(long, value_name = "DIR")]
+        tensorboard: Option<PathBuf>,
         /// Write a checkpoint to DIR after every epoch: params.safetensors, the
         /// optimizer state, the data order and RNG, meta.json.
         #[arg(long, value_name = "DIR")]
@@ -475,6 +478,7 @@ fn main() -> ExitCode {
             text,
             plot,
             metrics,
+            tensorboard,
             save,
             resume,
             stop_after,
@@ -497,6 +501,7 @@ fn main() -> ExitCode {
                 text,
                 plot,
                 metrics,
+                tensorboard,
                 save,
                 resume,
                 stop_after,

@@ -6,7 +6,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use rlx::optim::Rule;
 use rlx::prelude::*;
-use rlx::train::metrics::MetricsLog;
+use rlx::train::metrics::{MetricsLog, TensorBoard};
 use rlx::train::plot::{Series, line_chart};
 use rlx::train::{
     ArrayData, Collective, Digits, Epoch, Network, Progress, RunConfig, RunControl, StepReport, Trainer,
@@ -28,6 +28,7 @@ pub struct TrainArgs {
     pub text: Option<PathBuf>,
     pub plot: Option<PathBuf>,
     pub metrics: Option<PathBuf>,
+    pub tensorboard: Option<PathBuf>,
     pub save: Option<PathBuf>,
     pub resume: Option<PathBuf>,
     pub stop_after: Option<usize>,
@@ -216,12 +217,14 @@ fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
     let metrics_path = args.metrics.clone().unwrap_or_else(|| PathBuf::from(format!("rlx-train-{name}.jsonl")));
     // Opened at the first step, so that settings refused before it leave no file.
     let mut metrics: Option<MetricsLog> = None;
+    let mut board: Option<TensorBoard> = None;
     let pb = if root { bar(steps_planned) } else { ProgressBar::hidden() };
     let mut last_step: Option<StepReport> = None;
     let (mut reduce_bytes, mut reduce_s, mut step_s, mut reduced_steps) = (0usize, 0f64, 0f64, 0usize);
     let run = rlx::train::train(network, &data, &cfg, &options, &control, |p| {
         if root && metrics.is_none() {
             metrics = Some(MetricsLog::create(&metrics_path, args.resume.is_some())?);
+            board = args.tensorboard.as_deref().map(TensorBoard::create).transpose()?;
         }
         match p {
             Progress::Step(s) => {
@@ -234,6 +237,14 @@ fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
                     pb.set_message(format!("loss {:.4}", s.loss));
                 }
                 last_step = Some(s.clone());
+                if let Some(b) = board.as_mut() {
+                    let mut values = vec![("train/loss", s.loss as f64), ("train/lr", s.lr as f64)];
+                    values.push(("train/examples_per_s", s.examples as f64 / s.seconds.max(1e-12)));
+                    if let Some(r) = &s.reduce {
+                        values.push(("train/allreduce_ms", r.seconds * 1e3));
+                    }
+                    b.scalars(s.step, &values)?;
+                }
                 metrics.as_mut().map_or(Ok(()), |m| m.step(s))
             }
             Progress::Epoch(e) => {
@@ -262,6 +273,15 @@ fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
                     });
                 }
                 let step = last_step.as_ref().map_or(0, |s| s.step);
+                if let Some(b) = board.as_mut() {
+                    let values = [
+                        ("train/epoch_loss", e.train_loss() as f64),
+                        ("held_out/loss", e.held_out_loss as f64),
+                        ("held_out/accuracy", e.held_out_accuracy),
+                    ];
+                    b.scalars(step, &values)?;
+                    b.flush()?;
+                }
                 metrics.as_mut().map_or(Ok(()), |m| m.epoch(e, step))
             }
         }

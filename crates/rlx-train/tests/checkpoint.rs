@@ -139,3 +139,12 @@ fn char_windows_pair_each_window_with_the_next_characters() {
     assert_eq!(strided.x.to_f64_vec(), [0., 1., 2., 0.]);
     assert!(char_windows("ab", 2, 1).unwrap_err().message().contains("2 characters"));
 }
+
+/// CRC-32C's check value (the CRC of "123456789", from the Castagnoli catalogue entry)
+/// and RFC 3720's 32 zero bytes.
+#[test]
+fn crc32c_matches_its_published_check_values() {
+    assert_eq!(rlx_train::metrics::crc32c(b"123456789"), 0xE306_9283);
+    assert_eq!(rlx_train::metrics::crc32c(&[0u8; 32]), 0x8A91_36AA);
+    assert_eq!(rlx_train::metrics::crc32c(&[0xffu8; 32]), 0x62A8_AB43);
+}
