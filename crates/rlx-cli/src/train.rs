@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rlx::optim::Rule;
 use rlx::prelude::*;
 use rlx::train::metrics::{MetricsLog, TensorBoard};
-use rlx::train::plot::{Series, line_chart};
+use rlx::train::plot::{Axis, Chart, Scale, Series, chart};
 use rlx::train::{
     ArrayData, Collective, Digits, Epoch, Network, Progress, RunConfig, RunControl, StepReport, Trainer,
     TransformerConfig, char_transformer, char_windows, cnn, mlp,
@@ -337,16 +337,18 @@ fn sample(mut trainer: Trainer, data: &ArrayData, vocab: &[char]) -> Result<()> 
     Ok(())
 }
 
-/// Training loss per step and held-out loss per epoch, against the step.
+/// Training loss per step (an epoch's moving average) and held-out loss per epoch on a
+/// log-scale axis, held-out accuracy on the right, against the step.
 fn plot_run(path: &Path, model: &str, epochs: &[Epoch]) -> Result<()> {
     let per = epochs.first().map_or(1, |e| e.step_losses.len().max(1));
+    // A resumed run's steps go on from its first epoch's.
+    let first = epochs.first().map_or(0, |e| e.epoch * per);
     let train: Vec<(f64, f64)> = epochs
         .iter()
         .flat_map(|e| e.step_losses.iter())
         .enumerate()
-        .map(|(i, &l)| (i as f64 + 1.0, l as f64))
+        .map(|(i, &l)| ((first + i + 1) as f64, l as f64))
         .collect();
-    // A moving average over an epoch's worth of steps keeps the curve readable.
     let smooth: Vec<(f64, f64)> = train
         .iter()
         .enumerate()
@@ -355,15 +357,27 @@ fn plot_run(path: &Path, model: &str, epochs: &[Epoch]) -> Result<()> {
             (x, train[from..=i].iter().map(|p| p.1).sum::<f64>() / (i - from + 1) as f64)
         })
         .collect();
-    let held: Vec<(f64, f64)> = epochs.iter().map(|e| (((e.epoch + 1) * per) as f64, e.held_out_loss as f64)).collect();
-    line_chart(
+    let mut ends = Vec::new();
+    let mut step = first;
+    for e in epochs {
+        step += e.step_losses.len();
+        ends.push(step as f64);
+    }
+    let held: Vec<(f64, f64)> = epochs.iter().zip(&ends).map(|(e, &x)| (x, e.held_out_loss as f64)).collect();
+    let accuracy: Vec<(f64, f64)> = epochs.iter().zip(&ends).map(|(e, &x)| (x, e.held_out_accuracy)).collect();
+    let loss = [
+        Series { label: "train loss (epoch mean)", points: &smooth, color: [40, 100, 220] },
+        Series { label: "held-out loss", points: &held, color: [230, 90, 30] },
+    ];
+    let acc = [Series { label: "held-out accuracy", points: &accuracy, color: [30, 150, 70] }];
+    let has_accuracy = accuracy.iter().any(|p| p.1.is_finite());
+    chart(
         path,
-        &format!("rlx train {model}: cross-entropy"),
-        "step",
-        "loss",
-        &[
-            Series { label: "train (epoch mean)", points: &smooth, color: [40, 100, 220] },
-            Series { label: "held out", points: &held, color: [230, 90, 30] },
-        ],
+        &Chart {
+            title: &format!("rlx train {model}"),
+            x_label: "step",
+            left: Axis { label: "cross-entropy", scale: Scale::Log, series: &loss },
+            right: has_accuracy.then_some(Axis { label: "accuracy", scale: Scale::Percent, series: &acc }),
+        },
     )
 }

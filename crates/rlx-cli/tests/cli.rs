@@ -510,7 +510,9 @@ fn train_reports_epochs_and_writes_the_loss_curve_and_metrics() {
     {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
-    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    // The chart opens as an 800 x 480 PNG.
+    let reader = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap())).read_info().unwrap();
+    assert_eq!((reader.info().width, reader.info().height), (800, 480));
     // One JSON object per step (89 a epoch), then one per epoch.
     let lines: Vec<serde_json::Value> =
         std::fs::read_to_string(&metrics).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();

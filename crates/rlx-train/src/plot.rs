@@ -1,6 +1,9 @@
-//! A small line chart written as a PNG: axes with ticks, one line per series, a legend
-//! and a title, in a built-in 3x5 pixel font (no font files, no plotting dependency).
+//! Line charts written as PNG: a left axis (linear or log scale) and an optional right
+//! axis (e.g. accuracy in percent), ticks at round values (1, 2, 5 times a power of
+//! ten), a legend and a title, with text in DejaVu Sans rasterized by ab_glyph
+//! (anti-aliased; the font is embedded, no system font needed).
 
+use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
 use rlx_ir::{Error, Result};
 use std::path::Path;
 
@@ -11,64 +14,39 @@ pub struct Series<'a> {
     pub color: [u8; 3],
 }
 
-const W: usize = 720;
-const H: usize = 440;
-/// Plot area margins: left, right, top, bottom.
-const MARGIN: [usize; 4] = [70, 20, 40, 50];
-const SCALE: usize = 2;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    Linear,
+    /// Base 10; points at or below zero are left out.
+    Log,
+    /// Linear, values shown times 100 with a `%`.
+    Percent,
+}
 
-/// 3x5 glyphs, rows top to bottom, 3 bits per row (MSB left).
-fn glyph(c: char) -> u16 {
-    let rows: [u8; 5] = match c.to_ascii_lowercase() {
-        '0' => [7, 5, 5, 5, 7],
-        '1' => [2, 6, 2, 2, 7],
-        '2' => [7, 1, 7, 4, 7],
-        '3' => [7, 1, 7, 1, 7],
-        '4' => [5, 5, 7, 1, 1],
-        '5' => [7, 4, 7, 1, 7],
-        '6' => [7, 4, 7, 5, 7],
-        '7' => [7, 1, 1, 1, 1],
-        '8' => [7, 5, 7, 5, 7],
-        '9' => [7, 5, 7, 1, 7],
-        '.' => [0, 0, 0, 0, 2],
-        ',' => [0, 0, 0, 2, 4],
-        '-' => [0, 0, 7, 0, 0],
-        '_' => [0, 0, 0, 0, 7],
-        '=' => [0, 7, 0, 7, 0],
-        '%' => [5, 1, 2, 4, 5],
-        ':' => [0, 2, 0, 2, 0],
-        '(' => [2, 4, 4, 4, 2],
-        ')' => [2, 1, 1, 1, 2],
-        '/' => [1, 1, 2, 4, 4],
-        'a' => [2, 5, 7, 5, 5],
-        'b' => [6, 5, 6, 5, 6],
-        'c' => [3, 4, 4, 4, 3],
-        'd' => [6, 5, 5, 5, 6],
-        'e' => [7, 4, 6, 4, 7],
-        'f' => [7, 4, 6, 4, 4],
-        'g' => [3, 4, 5, 5, 3],
-        'h' => [5, 5, 7, 5, 5],
-        'i' => [7, 2, 2, 2, 7],
-        'j' => [1, 1, 1, 5, 2],
-        'k' => [5, 5, 6, 5, 5],
-        'l' => [4, 4, 4, 4, 7],
-        'm' => [5, 7, 7, 5, 5],
-        'n' => [6, 5, 5, 5, 5],
-        'o' => [2, 5, 5, 5, 2],
-        'p' => [6, 5, 6, 4, 4],
-        'q' => [2, 5, 5, 6, 3],
-        'r' => [6, 5, 6, 5, 5],
-        's' => [3, 4, 2, 1, 6],
-        't' => [7, 2, 2, 2, 2],
-        'u' => [5, 5, 5, 5, 7],
-        'v' => [5, 5, 5, 5, 2],
-        'w' => [5, 5, 7, 7, 5],
-        'x' => [5, 5, 2, 5, 5],
-        'y' => [5, 5, 2, 2, 2],
-        'z' => [7, 1, 2, 4, 7],
-        _ => [0; 5],
-    };
-    rows.iter().fold(0, |acc, &r| (acc << 3) | r as u16)
+/// A vertical axis and the curves drawn against it.
+pub struct Axis<'a> {
+    pub label: &'a str,
+    pub scale: Scale,
+    pub series: &'a [Series<'a>],
+}
+
+pub struct Chart<'a> {
+    pub title: &'a str,
+    pub x_label: &'a str,
+    pub left: Axis<'a>,
+    pub right: Option<Axis<'a>>,
+}
+
+pub const WIDTH: usize = 800;
+pub const HEIGHT: usize = 480;
+const TEXT_PX: f32 = 15.0;
+const TITLE_PX: f32 = 18.0;
+const BLACK: [u8; 3] = [20, 20, 20];
+const GRID: [u8; 3] = [228, 228, 228];
+
+fn font() -> &'static FontRef<'static> {
+    static FONT: std::sync::OnceLock<FontRef<'static>> = std::sync::OnceLock::new();
+    FONT.get_or_init(|| FontRef::try_from_slice(dejavu::sans::regular()).expect("the embedded DejaVu Sans parses"))
 }
 
 struct Canvas {
@@ -76,11 +54,18 @@ struct Canvas {
 }
 
 impl Canvas {
-    fn set(&mut self, x: i64, y: i64, c: [u8; 3]) {
-        if (0..W as i64).contains(&x) && (0..H as i64).contains(&y) {
-            let at = (y as usize * W + x as usize) * 3;
-            self.px[at..at + 3].copy_from_slice(&c);
+    /// Blends `c` over the pixel at (x, y) with opacity `a` (0..=1).
+    fn blend(&mut self, x: i64, y: i64, c: [u8; 3], a: f32) {
+        if (0..WIDTH as i64).contains(&x) && (0..HEIGHT as i64).contains(&y) {
+            let at = (y as usize * WIDTH + x as usize) * 3;
+            for (p, &v) in self.px[at..at + 3].iter_mut().zip(&c) {
+                *p = (*p as f32 * (1.0 - a) + v as f32 * a).round() as u8;
+            }
         }
+    }
+
+    fn set(&mut self, x: i64, y: i64, c: [u8; 3]) {
+        self.blend(x, y, c, 1.0);
     }
 
     /// A line 2 pixels wide (Bresenham).
@@ -106,108 +91,249 @@ impl Canvas {
         }
     }
 
-    fn text(&mut self, x: i64, y: i64, s: &str, c: [u8; 3]) {
-        for (i, ch) in s.chars().enumerate() {
-            let bits = glyph(ch);
-            for row in 0..5 {
-                for col in 0..3 {
-                    if bits >> (14 - (row * 3 + col)) & 1 == 1 {
-                        for dy in 0..SCALE {
-                            for dx in 0..SCALE {
-                                let px = x + (i * 4 * SCALE + col * SCALE + dx) as i64;
-                                self.set(px, y + (row * SCALE + dy) as i64, c);
-                            }
-                        }
-                    }
-                }
+    /// `s` with its left end at `x` and its vertical middle at `y`.
+    fn text(&mut self, x: i64, y: i64, s: &str, px: f32, c: [u8; 3]) {
+        let font = font().as_scaled(PxScale::from(px));
+        let baseline = y as f32 + (font.ascent() + font.descent()) / 2.0;
+        let mut pen = x as f32;
+        let mut last = None;
+        for ch in s.chars() {
+            let id = font.glyph_id(ch);
+            if let Some(prev) = last {
+                pen += font.kern(prev, id);
             }
+            let glyph = id.with_scale_and_position(px, point(pen, baseline));
+            if let Some(outline) = font.outline_glyph(glyph) {
+                let b = outline.px_bounds();
+                outline.draw(|gx, gy, a| self.blend(b.min.x as i64 + gx as i64, b.min.y as i64 + gy as i64, c, a));
+            }
+            pen += font.h_advance(id);
+            last = Some(id);
         }
     }
 }
 
-fn text_width(s: &str) -> i64 {
-    (s.chars().count() * 4 * SCALE) as i64
+fn text_width(s: &str, px: f32) -> i64 {
+    let font = font().as_scaled(PxScale::from(px));
+    s.chars().map(|c| font.h_advance(font.glyph_id(c))).sum::<f32>().ceil() as i64
 }
 
-/// `v` with about 3 significant digits.
-fn label(v: f64) -> String {
-    if v == 0.0 {
-        return "0".into();
-    }
-    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 4) as usize;
-    format!("{v:.digits$}")
+/// An axis's extent and ticks, in the scale's own units (log10 of the value for Log).
+struct Ticks {
+    lo: f64,
+    hi: f64,
+    at: Vec<(f64, String)>,
 }
 
-/// Writes the chart to `path` as an RGB PNG.
-pub fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<()> {
-    let pts = || series.iter().flat_map(|s| s.points.iter()).filter(|(x, y)| x.is_finite() && y.is_finite());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in pts() {
-        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
-    }
-    if x0 > x1 {
-        return Err(Error::input(format!("chart '{title}' has no finite points")));
-    }
-    if x1 == x0 {
-        x1 = x0 + 1.0;
-    }
-    if y1 == y0 {
-        y1 = y0 + 1.0;
-    }
-    // 5% headroom, but not below zero for data that never goes there (a loss).
-    let pad = (y1 - y0) * 0.05;
-    let (y0, y1) = (if y0 >= 0.0 { (y0 - pad).max(0.0) } else { y0 - pad }, y1 + pad);
-    let mut c = Canvas { px: vec![255; W * H * 3] };
-    let [ml, mr, mt, mb] = MARGIN.map(|m| m as i64);
-    let (pw, ph) = (W as i64 - ml - mr, H as i64 - mt - mb);
-    let to_px = |x: f64, y: f64| {
-        (
-            ml + ((x - x0) / (x1 - x0) * pw as f64).round() as i64,
-            mt + ph - ((y - y0) / (y1 - y0) * ph as f64).round() as i64,
-        )
+/// The 1-2-5 step nearest above `raw`.
+fn nice_step(raw: f64) -> f64 {
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * p).find(|&s| s >= raw * 0.999).unwrap_or(10.0 * p)
+}
+
+/// `v` with the decimals a tick spacing of `step` needs, and no more.
+fn tick_label(v: f64, step: f64, scale: Scale) -> String {
+    let (v, step) = if scale == Scale::Percent { (v * 100.0, step * 100.0) } else { (v, step) };
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    let text = format!("{v:.decimals$}");
+    let text = if text.starts_with('-') && text.trim_start_matches(['-', '0', '.']).is_empty() {
+        text[1..].to_string()
+    } else {
+        text
     };
-    let (black, grid) = ([0, 0, 0], [225, 225, 225]);
-    for k in 0..=5 {
-        let fy = y0 + (y1 - y0) * k as f64 / 5.0;
-        let (_, py) = to_px(x0, fy);
-        for x in ml..ml + pw {
-            c.set(x, py, grid);
-        }
-        let s = label(fy);
-        c.text(ml - 8 - text_width(&s), py - 5, &s, black);
-        let fx = x0 + (x1 - x0) * k as f64 / 5.0;
-        let (px, _) = to_px(fx, y0);
-        for y in mt..mt + ph {
-            c.set(px, y, grid);
-        }
-        let s = label(fx);
-        c.text(px - text_width(&s) / 2, mt + ph + 8, &s, black);
+    if scale == Scale::Percent { format!("{text}%") } else { text }
+}
+
+/// Round ticks covering `[lo, hi]` (data values), about 5 of them.
+fn ticks(lo: f64, hi: f64, scale: Scale) -> Ticks {
+    if scale == Scale::Log {
+        let (a, b) = (lo.log10(), hi.log10());
+        // Mantissas to mark: each decade's 1 over many decades, 1-2-5 over few.
+        let marks: &[f64] = if b - a > 3.0 {
+            &[1.0]
+        } else if b - a > 1.2 {
+            &[1.0, 3.0]
+        } else {
+            &[1.0, 2.0, 5.0]
+        };
+        let values: Vec<f64> = ((a.floor() as i32 - 1)..=(b.ceil() as i32 + 1))
+            .flat_map(|e| marks.iter().map(move |m| m * 10f64.powi(e)))
+            .collect();
+        let below = values.iter().copied().filter(|&v| v <= lo * 1.000_001).fold(f64::MIN, f64::max);
+        let above = values.iter().copied().filter(|&v| v >= hi * 0.999_999).fold(f64::MAX, f64::min);
+        let at = values
+            .iter()
+            .filter(|&&v| v >= below && v <= above)
+            .map(|&v| (v.log10(), tick_label(v, 10f64.powf(v.log10().floor()), Scale::Log)))
+            .collect();
+        return Ticks { lo: below.log10(), hi: above.log10(), at };
     }
-    c.line((ml, mt), (ml, mt + ph), black);
-    c.line((ml, mt + ph), (ml + pw, mt + ph), black);
-    for s in series {
-        let mut prev: Option<(i64, i64)> = None;
-        for &(x, y) in s.points.iter().filter(|(x, y)| x.is_finite() && y.is_finite()) {
-            let p = to_px(x, y);
-            if let Some(q) = prev {
-                c.line(q, p, s.color);
+    let step = nice_step((hi - lo).max(f64::MIN_POSITIVE) / 5.0);
+    let (first, last) = ((lo / step).floor() as i64, (hi / step).ceil() as i64);
+    let at = (first..=last).map(|k| (k as f64 * step, tick_label(k as f64 * step, step, scale))).collect();
+    Ticks { lo: first as f64 * step, hi: last as f64 * step, at }
+}
+
+/// The finite points of `series` (positive ones on a log axis).
+fn finite<'a>(series: &'a [Series<'a>], scale: Scale) -> impl Iterator<Item = (f64, f64)> + 'a {
+    series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .filter(move |&(x, y)| x.is_finite() && y.is_finite() && (scale != Scale::Log || y > 0.0))
+}
+
+fn y_ticks(axis: &Axis<'_>) -> Option<Ticks> {
+    let (lo, hi) = finite(axis.series, axis.scale).fold((f64::MAX, f64::MIN), |(a, b), (_, y)| (a.min(y), b.max(y)));
+    if lo > hi {
+        return None;
+    }
+    let (lo, hi) = if lo == hi {
+        if axis.scale == Scale::Log { (lo / 2.0, hi * 2.0) } else { (lo - 0.5, hi + 0.5) }
+    } else {
+        (lo, hi)
+    };
+    let mut t = ticks(lo, hi, axis.scale);
+    if axis.scale == Scale::Percent {
+        t.lo = t.lo.max(0.0);
+        t.hi = t.hi.min(1.0);
+        t.at.retain(|&(v, _)| (0.0..=1.0).contains(&v));
+    }
+    Some(t)
+}
+
+/// Writes `chart` to `path` as an RGB PNG of [`WIDTH`] x [`HEIGHT`].
+pub fn chart(path: &Path, chart: &Chart<'_>) -> Result<()> {
+    let no_points = || Error::input(format!("chart '{}' has no finite points", chart.title));
+    let left = y_ticks(&chart.left).ok_or_else(no_points)?;
+    let right = chart.right.as_ref().and_then(|a| y_ticks(a).map(|t| (a, t)));
+    let all_x = finite(chart.left.series, chart.left.scale)
+        .chain(chart.right.iter().flat_map(|a| finite(a.series, a.scale)))
+        .map(|p| p.0);
+    let (x0, x1) = all_x.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+    let xt = ticks(x0, if x1 > x0 { x1 } else { x0 + 1.0 }, Scale::Linear);
+
+    let mut c = Canvas { px: vec![255; WIDTH * HEIGHT * 3] };
+    let label_w = |t: &Ticks| t.at.iter().map(|(_, s)| text_width(s, TEXT_PX)).max().unwrap_or(0);
+    let ml = 22 + label_w(&left);
+    let mr = right.as_ref().map_or(28, |(_, t)| 22 + label_w(t));
+    let (mt, mb) = (58i64, 52i64);
+    let (pw, ph) = (WIDTH as i64 - ml - mr, HEIGHT as i64 - mt - mb);
+    let px_x = |x: f64| ml + ((x - xt.lo) / (xt.hi - xt.lo) * pw as f64).round() as i64;
+    let px_y = |t: &Ticks, scale: Scale, y: f64| {
+        let v = if scale == Scale::Log { y.log10() } else { y };
+        mt + ph - ((v - t.lo) / (t.hi - t.lo) * ph as f64).round() as i64
+    };
+    // Grid and tick labels: horizontal lines from the left axis, vertical from x.
+    for (v, s) in &left.at {
+        let y = mt + ph - ((v - left.lo) / (left.hi - left.lo) * ph as f64).round() as i64;
+        (ml..ml + pw).for_each(|x| c.set(x, y, GRID));
+        c.text(ml - 8 - text_width(s, TEXT_PX), y, s, TEXT_PX, BLACK);
+    }
+    for (v, s) in &xt.at {
+        let x = px_x(*v);
+        (mt..mt + ph).for_each(|y| c.set(x, y, GRID));
+        c.text(x - text_width(s, TEXT_PX) / 2, mt + ph + 14, s, TEXT_PX, BLACK);
+    }
+    if let Some((axis, t)) = &right {
+        for (v, s) in &t.at {
+            let y = mt + ph - ((v - t.lo) / (t.hi - t.lo) * ph as f64).round() as i64;
+            c.line((ml + pw - 4, y), (ml + pw, y), BLACK);
+            c.text(ml + pw + 8, y, s, TEXT_PX, BLACK);
+        }
+        c.text(WIDTH as i64 - mr + 8 - text_width(axis.label, TEXT_PX) / 2, mt - 16, axis.label, TEXT_PX, BLACK);
+    }
+    c.line((ml, mt), (ml, mt + ph), BLACK);
+    c.line((ml, mt + ph), (ml + pw, mt + ph), BLACK);
+    if right.is_some() {
+        c.line((ml + pw, mt), (ml + pw, mt + ph), BLACK);
+    }
+    let axes = std::iter::once((&chart.left, &left)).chain(right.iter().map(|(a, t)| (*a, t)));
+    for (axis, t) in axes {
+        for s in axis.series {
+            let mut prev: Option<(i64, i64)> = None;
+            for &(x, y) in s
+                .points
+                .iter()
+                .filter(|&&(x, y)| x.is_finite() && y.is_finite() && (axis.scale != Scale::Log || y > 0.0))
+            {
+                let p = (px_x(x), px_y(t, axis.scale, y));
+                // A lone point (one epoch) shows as a dot.
+                if let Some(q) = prev {
+                    c.line(q, p, s.color)
+                } else {
+                    c.line(p, (p.0 + 1, p.1), s.color)
+                }
+                prev = Some(p);
             }
-            prev = Some(p);
         }
     }
-    c.text((W as i64 - text_width(title)) / 2, 12, title, black);
-    c.text(ml + pw / 2 - text_width(x_label) / 2, H as i64 - 20, x_label, black);
-    c.text(8, mt - 20, y_label, black);
-    for (i, s) in series.iter().enumerate() {
-        let y = mt + 10 + 16 * i as i64;
-        let x = ml + pw - 20 - text_width(s.label) - 30;
-        c.line((x, y + 4), (x + 20, y + 4), s.color);
-        c.text(x + 26, y, s.label, black);
+    c.text((WIDTH as i64 - text_width(chart.title, TITLE_PX)) / 2, 18, chart.title, TITLE_PX, BLACK);
+    c.text(ml + pw / 2 - text_width(chart.x_label, TEXT_PX) / 2, HEIGHT as i64 - 14, chart.x_label, TEXT_PX, BLACK);
+    let left_label = if chart.left.scale == Scale::Log {
+        format!("{} (log scale)", chart.left.label)
+    } else {
+        chart.left.label.to_string()
+    };
+    c.text(10, mt - 16, &left_label, TEXT_PX, BLACK);
+    let legend: Vec<&Series<'_>> =
+        chart.left.series.iter().chain(chart.right.iter().flat_map(|a| a.series.iter())).collect();
+    // The legend goes in the plot corner its box hides the fewest drawn pixels in.
+    let (bw, bh) =
+        (legend.iter().map(|s| text_width(s.label, TEXT_PX)).max().unwrap_or(0) + 52, 20 * legend.len() as i64 + 8);
+    let corners = [
+        (ml + pw - bw - 6, mt + 6),
+        (ml + 6, mt + 6),
+        (ml + pw - bw - 6, mt + ph - bh - 6),
+        (ml + 6, mt + ph - bh - 6),
+    ];
+    let inked = |&(x0, y0): &(i64, i64)| {
+        let row =
+            |y: i64| (x0..x0 + bw).filter(|&x| c.px[(y as usize * WIDTH + x as usize) * 3..][..3] != [255; 3]).count();
+        (y0..y0 + bh).map(row).sum::<usize>()
+    };
+    let &(bx, by) = corners.iter().min_by_key(|k| inked(k)).expect("four corners");
+    for y in by..by + bh {
+        for x in bx..bx + bw {
+            let edge = y == by || y == by + bh - 1 || x == bx || x == bx + bw - 1;
+            c.set(x, y, if edge { [200; 3] } else { [255; 3] });
+        }
+    }
+    for (i, s) in legend.iter().enumerate() {
+        let y = by + 14 + 20 * i as i64;
+        c.line((bx + 8, y), (bx + 30, y), s.color);
+        c.text(bx + 38, y, s.label, TEXT_PX, BLACK);
     }
     let file = std::fs::File::create(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
-    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), W as u32, H as u32);
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), WIDTH as u32, HEIGHT as u32);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     let fail = |e: png::EncodingError| Error::io(format!("{}: {e}", path.display()));
     enc.write_header().map_err(fail)?.write_image_data(&c.px).map_err(fail)
+}
+
+/// A chart of `series` against one linear axis.
+pub fn line_chart(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<()> {
+    let left = Axis { label: y_label, scale: Scale::Linear, series };
+    chart(path, &Chart { title, x_label, left, right: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(lo: f64, hi: f64, scale: Scale) -> Vec<String> {
+        ticks(lo, hi, scale).at.into_iter().map(|t| t.1).collect()
+    }
+
+    #[test]
+    fn ticks_fall_on_round_values() {
+        assert_eq!(labels(0.0, 178.0, Scale::Linear), ["0", "50", "100", "150", "200"]);
+        assert_eq!(labels(1.0, 9.0, Scale::Linear), ["0", "2", "4", "6", "8", "10"]);
+        assert_eq!(labels(0.93, 0.99, Scale::Percent), ["92%", "94%", "96%", "98%", "100%"]);
+        assert_eq!(labels(0.15, 1.5, Scale::Log), ["0.1", "0.2", "0.5", "1", "2"]);
+        assert_eq!(labels(0.15, 2.5, Scale::Log), ["0.1", "0.3", "1", "3"]);
+        assert_eq!(labels(0.002, 3.0, Scale::Log), ["0.001", "0.01", "0.1", "1", "10"]);
+        assert_eq!(labels(1e-5, 10.0, Scale::Log), ["0.00001", "0.0001", "0.001", "0.01", "0.1", "1", "10"]);
+        assert_eq!(labels(-0.3, 0.2, Scale::Linear), ["-0.3", "-0.2", "-0.1", "0.0", "0.1", "0.2"]);
+    }
 }

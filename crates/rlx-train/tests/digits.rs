@@ -111,6 +111,18 @@ fn bf16_training_reproduces_the_f32_curves() {
     assert!((a - b).abs() <= 0.02 * a, "char transformer final loss {a} vs bf16 {b}");
 }
 
+fn decode(path: &std::path::Path) -> ((u32, u32), Vec<u8>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    ((info.width, info.height), buf)
+}
+
+fn count(px: &[u8], color: [u8; 3]) -> usize {
+    px.chunks_exact(3).filter(|p| **p == color).count()
+}
+
 #[test]
 fn the_loss_curve_is_a_png() {
     let points: Vec<(f64, f64)> = (0..50).map(|i| (i as f64, (-(i as f64) / 10.0).exp())).collect();
@@ -125,14 +137,37 @@ fn the_loss_curve_is_a_png() {
         &[Series { label: "train", points: &points, color: [30, 90, 200] }],
     )
     .unwrap();
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (720, 440));
-    // The curve's color is drawn, and so is black text.
-    let px: Vec<&[u8]> = buf.chunks_exact(3).collect();
-    assert!(px.iter().filter(|p| **p == [30, 90, 200]).count() > 100);
-    assert!(px.iter().filter(|p| **p == [0, 0, 0]).count() > 500);
+    let (size, px) = decode(&path);
+    assert_eq!(size, (plot::WIDTH as u32, plot::HEIGHT as u32));
+    // The curve's color is drawn, and so is text (glyph interiors at full coverage).
+    assert!(count(&px, [30, 90, 200]) > 100);
+    assert!(count(&px, [20, 20, 20]) > 500);
     assert!(line_chart(&path, "empty", "x", "y", &[]).is_err());
+
+    // Log-scale loss with accuracy on a second axis: both curves drawn; a log axis with
+    // no positive value has nothing to draw.
+    let accuracy: Vec<(f64, f64)> = (0..50).map(|i| (i as f64, 0.5 + i as f64 / 100.0)).collect();
+    let loss = [Series { label: "loss", points: &points, color: [30, 90, 200] }];
+    let acc = [Series { label: "accuracy", points: &accuracy, color: [30, 150, 70] }];
+    let both = plot::Chart {
+        title: "two axes",
+        x_label: "step",
+        left: plot::Axis { label: "loss", scale: plot::Scale::Log, series: &loss },
+        right: Some(plot::Axis { label: "accuracy", scale: plot::Scale::Percent, series: &acc }),
+    };
+    plot::chart(&path, &both).unwrap();
+    let (size, px) = decode(&path);
+    assert_eq!(size, (800, 480));
+    assert!(count(&px, [30, 90, 200]) > 100 && count(&px, [30, 150, 70]) > 100);
+    let negative: Vec<(f64, f64)> = points.iter().map(|&(x, y)| (x, -y)).collect();
+    let log_only = plot::Chart {
+        left: plot::Axis {
+            label: "loss",
+            scale: plot::Scale::Log,
+            series: &[Series { label: "l", points: &negative, color: [0; 3] }],
+        },
+        right: None,
+        ..both
+    };
+    assert!(plot::chart(&path, &log_only).unwrap_err().message().contains("no finite points"));
 }
