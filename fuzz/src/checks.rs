@@ -54,6 +54,22 @@ pub fn npy(data: &[u8]) {
     }
 }
 
+/// safetensors: parse; what parses is written back and parses to the same tensors and
+/// metadata.
+pub fn safetensors(data: &[u8]) {
+    let Ok(file) = rlx_io::parse_safetensors(data) else { return };
+    let tensors: Vec<(&str, &HostTensor)> = file.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let metadata: Vec<(&str, &str)> = file.metadata.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let bytes = rlx_io::safetensors_bytes(&tensors, &metadata).expect("parsed names are distinct");
+    let back = rlx_io::parse_safetensors(&bytes).expect("a written safetensors file parses");
+    assert_eq!(back.tensors, file.tensors);
+    let sorted = |mut m: Vec<(String, String)>| {
+        m.sort();
+        m
+    };
+    assert_eq!(sorted(back.metadata), sorted(file.metadata));
+}
+
 /// Graph sizes a mutated graph may reach before it is run: the point is odd shapes and
 /// attributes, not big ones, and a run must stay in the milliseconds.
 const MAX_ELEMS: usize = 1 << 12;

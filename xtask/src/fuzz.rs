@@ -13,11 +13,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub const TARGETS: [&str; 5] = ["gguf", "graph_json", "npy", "graph_run", "onnx"];
+pub const TARGETS: [&str; 6] = ["gguf", "graph_json", "npy", "safetensors", "graph_run", "onnx"];
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 const TARGET_DIR: &str = "target/fuzz";
 const USAGE: &str = "usage: cargo xtask fuzz [TARGET|all] [--runs N] [--seconds S] [--merge] [--no-build|--build-only]\n\
-    targets: gguf graph_json npy graph_run onnx";
+    targets: gguf graph_json npy safetensors graph_run onnx";
 
 /// cargo-fuzz's flags (sancov module pass with 8-bit counters, PC table, comparison
 /// tracing, stack depth, no branch folding, `--cfg fuzzing`), plus debug assertions and

@@ -66,6 +66,11 @@ fn npy_corpus() {
 }
 
 #[test]
+fn safetensors_corpus() {
+    replay("safetensors", checks::safetensors);
+}
+
+#[test]
 fn graph_run_corpus() {
     replay("graph_run", checks::graph_run);
 }
@@ -93,6 +98,14 @@ fn write_seeds() {
         let t = rlx_ir::HostTensor::from_f32_as(dtype, &[2, 3], &[0.0, 1.0, 0.0, 1.0, 1.0, 0.0]).expect("a tensor");
         write("npy", format!("seed-{dtype}.npy"), &rlx_io::npy_bytes(&t));
     }
+    let tensors: Vec<rlx_ir::HostTensor> = rlx_ir::DType::ALL
+        .iter()
+        .map(|&d| rlx_ir::HostTensor::from_f32_as(d, &[2, 3], &[0.0, 1.0, 0.0, 1.0, 1.0, 0.0]).expect("a tensor"))
+        .collect();
+    let names: Vec<String> = rlx_ir::DType::ALL.iter().map(|d| format!("t_{d}")).collect();
+    let named: Vec<(&str, &rlx_ir::HostTensor)> = names.iter().map(String::as_str).zip(&tensors).collect();
+    let st = rlx_io::safetensors_bytes(&named, &[("format", "rlx")]).expect("a safetensors file");
+    write("safetensors", "seed-0.safetensors".into(), &st);
     let mut w = rlx_gguf::GgufWriter::new();
     w.metadata("general.architecture", rlx_gguf::Value::String("llama".into()));
     w.metadata("llama.block_count", rlx_gguf::Value::U32(1));
