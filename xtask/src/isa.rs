@@ -182,8 +182,8 @@ mod tests {
         assert_eq!(extension_of("tdpbf16ps %tmm6,%tmm4,%tmm0"), Some("AMX"));
         assert_eq!(extension_of("tileloadd (%rax,%rcx,1),%tmm4"), Some("AMX"));
         assert_eq!(extension_of("ldtilecfg (%rdi)"), Some("AMX"));
-        assert!(is_gated("rlx_cpu::kernels::half_gemm::amx::block_amx"));
-        assert!(!is_gated("rlx_cpu::kernels::half_gemm::amx::gemm::{{closure}}"));
+        assert!(is_gated("rlx_cpu::kernels::half_gemm::tiled::block_amx"));
+        assert!(!is_gated("rlx_cpu::kernels::half_gemm::tiled::gemm::{{closure}}"));
         assert_eq!(extension_of("shlx %rax,%rbx,%rcx"), Some("BMI"));
         assert_eq!(extension_of("lzcnt %eax,%ecx"), Some("BMI"));
         assert_eq!(extension_of("tzcnt %eax,%ecx"), None);

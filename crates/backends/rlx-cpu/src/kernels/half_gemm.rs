@@ -9,14 +9,21 @@
 //!   f32 accumulators. AMX treats subnormal inputs as zero, so a product whose operands
 //!   hold any bf16 subnormal takes the convert arm instead (exact); results below 2^-126
 //!   flush to zero, like every accumulation on this arm (absolute error <= 2^-126 per sum).
-//!   Figures: `docs/performance.md` (`rlx bench kernels`). No AVX-512-BF16 (`vdpbf16ps`)
-//!   arm: on this Sapphire Rapids core it issues at half the FMA rate (measured 103 vs
-//!   207 GFLOP/s register-bound), so it loses to the f32 GEMM; AMX is 14x the FMA peak.
+//!   Figures: `docs/performance.md` (`rlx bench kernels`).
+//! - **AVX-512 BF16** (bf16 without AMX): the same packed tiles, each 32x32 block as four
+//!   8-row x 32-column register blocks of `vdpbf16ps` (a pair of k per instruction into
+//!   f32 lanes; each product of two bf16 is exact in f32, so a pair is two roundings in a
+//!   fixed order, like two FMAs). Same subnormal rule as AMX: inputs are read as zero and
+//!   outputs flush (`vdpbf16ps` ignores MXCSR), so subnormal operands take the convert arm.
+//!   Where AMX exists it wins (14x the FMA peak); on Sapphire Rapids `vdpbf16ps` issues
+//!   at half the FMA rate (103 vs 207 GFLOP/s register-bound) and would lose to the f32
+//!   GEMM, but on Zen 4 it issues at 1.6-2x the FMA rate (a register-bound loop: 173-228
+//!   vs 111-116 GFLOP/s, AMD EPYC, 2026-12-03), so there it beats widening.
 //! - **convert** (f16, bf16 without AMX, small products): packed operands widened to f32
 //!   panel by panel (KC = 1024 rows of k at a time; f16 through F16C when present), each
 //!   panel multiplied by the f32 GEMM and accumulated. Exact products, f32 sums.
 //!
-//! Both arms compute each output element in an order fixed by the shapes alone, so the
+//! Every arm computes each output element in an order fixed by the shapes alone, so the
 //! result is bit-identical for every thread count.
 
 use super::matmul::Gemm;
@@ -79,19 +86,44 @@ pub struct Product<'a> {
     pub sb: (usize, usize),
 }
 
-/// Rows below which AMX's 16-row tiles waste more than they win (a decode GEMV reads its
-/// weight once either way; the convert arm streams it through the f32 kernel).
-const AMX_MIN_ROWS: usize = 16;
+/// Rows below which the tiled arms' 16-row tiles waste more than they win (a decode GEMV
+/// reads its weight once either way; the convert arm streams it through the f32 kernel).
+const TILED_MIN_ROWS: usize = 16;
 
-/// Which arm `gemm` takes for a product of `dtype` operands with `m` rows.
+/// Which arm `gemm` takes for a product of `dtype` operands with `m` rows: `amx`,
+/// `avx512-bf16` or `convert`.
 pub fn arm_for(dtype: DType, m: usize) -> &'static str {
-    if dtype == DType::BF16 && m >= AMX_MIN_ROWS && features().amx_bf16 { "amx" } else { "convert" }
+    let f = features();
+    match () {
+        _ if dtype != DType::BF16 || m < TILED_MIN_ROWS => "convert",
+        _ if f.amx_bf16 => "amx",
+        // By vendor: vdpbf16ps issues at 1.6-2x the FMA rate on AMD Zen 4, at half of it
+        // on Intel Sapphire Rapids (there without AMX granted, widening to the f32 GEMM
+        // wins; Cooper Lake, the other Intel part with AVX512_BF16, is unmeasured).
+        _ if f.avx512bf16 && f.has_avx512() && f.amd => "avx512-bf16",
+        _ => "convert",
+    }
+}
+
+/// The arm products of `dtype` with 16 or more rows take here, and why, for `rlx info`.
+pub fn arm_reason(dtype: DType) -> &'static str {
+    match arm_for(dtype, TILED_MIN_ROWS) {
+        "amx" => "amx (tdpbf16ps tiles: AMX granted to this process)",
+        "avx512-bf16" => "avx512-bf16 (vdpbf16ps, no AMX: 1.5x the f32 GEMM on Zen 4)",
+        _ if dtype == DType::F16 => "convert (widened to f32 panels for the f32 GEMM: no f16 dot instruction used)",
+        _ => "convert (widened to f32 panels for the f32 GEMM: no AMX, and no AMD AVX512_BF16)",
+    }
 }
 
 /// `c = a b` for operands of `dtype` (f16 or bf16) into `c [m, n]` with rows `c_row`
 /// apart, f32 sums.
 pub fn gemm(dtype: DType, p: Product, c: &mut [f32], c_row: usize, threads: usize) {
-    if arm_for(dtype, p.dims.0) == "amx" && amx::gemm(p, c, c_row, threads) {
+    let engine = match arm_for(dtype, p.dims.0) {
+        "amx" => Some(tiled::Engine::Amx),
+        "avx512-bf16" => Some(tiled::Engine::Dpbf16),
+        _ => None,
+    };
+    if engine.is_some_and(|e| tiled::gemm(e, p, c, c_row, threads)) {
         return;
     }
     convert_gemm(p, c, c_row, threads)
@@ -101,7 +133,7 @@ pub fn gemm(dtype: DType, p: Product, c: &mut [f32], c_row: usize, threads: usiz
 /// more pass over c (measured at 1024^3, 1 thread: KC 256 -> 90 GFLOP/s, 1024 -> 112).
 const KC: usize = 1024;
 
-/// The convert arm (also the reference the AMX arm is tested against).
+/// The convert arm (also the reference the tiled arms are tested against).
 pub fn convert_gemm(p: Product, c: &mut [f32], c_row: usize, threads: usize) {
     let Product { dims: (m, k, n), a, sa, b, sb } = p;
     if let (Operand::Wide(a), Operand::Wide(b)) = (a, b) {
@@ -187,9 +219,16 @@ fn widen_f16_f16c(src: &[f16], dst: &mut [f32]) {
     }
 }
 
-/// The AMX arm.
-mod amx {
+/// The tiled arms: both operands packed into bf16 tiles, multiplied by AMX or by
+/// `vdpbf16ps`.
+mod tiled {
     use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Engine {
+        Amx,
+        Dpbf16,
+    }
 
     /// bf16 per tile row (64 bytes), and rows per tile.
     const TK: usize = 32;
@@ -344,7 +383,7 @@ mod amx {
 
     /// False (nothing written) when an operand holds a subnormal, or is f16: the caller
     /// takes the convert arm.
-    pub fn gemm(p: Product, c: &mut [f32], c_row: usize, threads: usize) -> bool {
+    pub fn gemm(engine: Engine, p: Product, c: &mut [f32], c_row: usize, threads: usize) -> bool {
         let Product { dims: (m, k, n), a, sa, b, sb } = p;
         if m == 0 || n == 0 {
             return true;
@@ -369,20 +408,30 @@ mod amx {
             let (ap, bp) = (&*ap, &*bp);
             let row_block = |rb: usize, rows: &mut [f32]| {
                 let mut tile = [0f32; BLOCK * BLOCK];
-                configure_amx();
+                if engine == Engine::Amx {
+                    configure_amx();
+                }
                 for cb in 0..np / BLOCK {
                     let a0 = &ap[rb * 2 * TR * kp..];
                     let b0 = &bp[cb * 2 * TR * kp..];
-                    // SAFETY: tiles configured above; a0 holds two 16-row tile columns of
-                    // kp and b0 two 16-column blocks of kp rows (the packed layouts above).
-                    unsafe { block_amx(a0.as_ptr(), b0.as_ptr(), kp, tile.as_mut_ptr()) };
+                    // SAFETY: a0 holds two 16-row tile columns of kp and b0 two 16-column
+                    // blocks of kp rows (the packed layouts above); AMX tiles are
+                    // configured above, and arm_for chose each engine from features().
+                    unsafe {
+                        match engine {
+                            Engine::Amx => block_amx(a0.as_ptr(), b0.as_ptr(), kp, tile.as_mut_ptr()),
+                            Engine::Dpbf16 => block_dpbf16_avx512(a0.as_ptr(), b0.as_ptr(), kp, tile.as_mut_ptr()),
+                        }
+                    }
                     let valid_rows = BLOCK.min(m - rb * BLOCK);
                     let (j0, cols) = (cb * BLOCK, BLOCK.min(n - cb * BLOCK));
                     for (r, t) in tile.chunks_exact(BLOCK).take(valid_rows).enumerate() {
                         rows[r * c_row + j0..r * c_row + j0 + cols].copy_from_slice(&t[..cols]);
                     }
                 }
-                release_amx();
+                if engine == Engine::Amx {
+                    release_amx();
+                }
             };
             let chunk = BLOCK * c_row;
             if threads > 1 && mp / BLOCK > 1 {
@@ -473,6 +522,119 @@ mod amx {
                 stride = in(reg) stride,
                 options(nostack)
             );
+        }
+    }
+
+    /// Rows of a `vdpbf16ps` register block: 8 rows x 2 vectors of 16 columns is 16
+    /// accumulators, plus two B vectors and a broadcast A pair, of the 32 zmm registers.
+    const DP_ROWS: usize = 8;
+
+    /// One 32 x 32 output block over all of k, as [`block_amx`] computes it, with
+    /// `vdpbf16ps`: per 8-row group, each pair of k broadcasts one A pair per row against
+    /// the B block's two 16-column vectors of that pair.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and AVX512_BF16; `a`, `b` and `out` as for [`block_amx`].
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn block_dpbf16_avx512(a: *const bf16, b: *const bf16, kp: usize, out: *mut f32) {
+        use std::arch::x86_64::{
+            __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_si512, _mm512_set1_epi32, _mm512_setzero_ps,
+            _mm512_storeu_ps,
+        };
+        let pairs = kp / 2;
+        // The second column block starts 16 * kp bf16 on; a pair of k is 16 columns x 2.
+        let b1 = unsafe { b.add(TR * kp) };
+        for group in 0..BLOCK / DP_ROWS {
+            // Rows 0-15 live in the first 16-row tile column, 16-31 in the second.
+            let (tile_col, row0) = (group * DP_ROWS / TR, group * DP_ROWS % TR);
+            let a_col = unsafe { a.add(tile_col * TR * kp) };
+            let mut acc = [[_mm512_setzero_ps(); 2]; DP_ROWS];
+            for pair in 0..pairs {
+                // SAFETY: pair < kp / 2: inside both packed blocks (caller's contract).
+                let (bv0, bv1): (__m512bh, __m512bh) = unsafe {
+                    (
+                        std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                            b.add(pair * 2 * TR) as *const __m512i
+                        )),
+                        std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                            b1.add(pair * 2 * TR) as *const __m512i
+                        )),
+                    )
+                };
+                // A's tile of this pair, then the pair within a 32-wide tile row.
+                let (tile, within) = (2 * pair / TK, 2 * pair % TK);
+                let a_tile = unsafe { a_col.add(tile * TR * TK + within) };
+                for (r, row_acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: row0 + r < 16 rows of this tile, within + 1 < 32; any bits
+                    // are a valid __m512bh.
+                    let av = unsafe {
+                        let bits = (a_tile.add((row0 + r) * TK) as *const i32).read_unaligned();
+                        std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(bits))
+                    };
+                    row_acc[0] = _mm512_dpbf16_ps(row_acc[0], av, bv0);
+                    row_acc[1] = _mm512_dpbf16_ps(row_acc[1], av, bv1);
+                }
+            }
+            for (r, row_acc) in acc.iter().enumerate() {
+                // SAFETY: out holds 32 x 32 f32; row group * 8 + r < 32.
+                unsafe {
+                    let row = out.add((group * DP_ROWS + r) * BLOCK);
+                    _mm512_storeu_ps(row, row_acc[0]);
+                    _mm512_storeu_ps(row.add(TR), row_acc[1]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values exact in bf16 (up to 8 significant bits), spread over [-4, 4].
+    fn bf16_values(n: usize, seed: u64) -> Vec<f32> {
+        (0..n).map(|i| ((((i as u64 * 2_654_435_761 + seed) % 511) as f32) - 255.0) / 64.0).collect()
+    }
+
+    /// Every bf16 arm this CPU takes (the tiled one from 16 rows) against an f64 sum:
+    /// each product of two bf16 is exact in f32, so the error is the f32 summation's,
+    /// at most k roundings of the running magnitude: `k u sum |a b|`, u = 2^-24.
+    #[test]
+    fn bf16_products_match_an_f64_reference_on_every_operand_kind() {
+        eprintln!("bf16 arm from 16 rows: {}", arm_for(DType::BF16, 16));
+        if features().avx512bf16 && features().has_avx512() && features().amd && !features().amx_bf16 {
+            assert_eq!(arm_for(DType::BF16, 16), "avx512-bf16");
+        }
+        for (m, k, n) in [(16, 1, 1), (17, 3, 33), (33, 1000, 17), (64, 64, 64), (100, 257, 65), (3, 17, 5)] {
+            let (a, b) = (bf16_values(m * k, 1), bf16_values(k * n, 7));
+            let (a16, b16): (Vec<bf16>, Vec<bf16>) =
+                (a.iter().map(|&v| bf16::from_f32(v)).collect(), b.iter().map(|&v| bf16::from_f32(v)).collect());
+            // b also as its transpose [n, k], read with strides (1, k).
+            let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            let cases = [
+                (Operand::Wide(&a), Operand::Wide(&b), (n, 1)),
+                (Operand::Wide(&a), Operand::BF16(&b16), (n, 1)),
+                (Operand::BF16(&a16), Operand::BF16(&b16), (n, 1)),
+                (Operand::BF16(&a16), Operand::Wide(&bt), (1, k)),
+            ];
+            for (case, (oa, ob, sb)) in cases.into_iter().enumerate() {
+                for threads in [1, 2] {
+                    let mut c = vec![f32::NAN; m * n];
+                    gemm(DType::BF16, Product { dims: (m, k, n), a: oa, sa: (k, 1), b: ob, sb }, &mut c, n, threads);
+                    for i in 0..m {
+                        for j in 0..n {
+                            let terms = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64);
+                            let (exact, mag) = terms.fold((0.0, 0.0), |(s, g), t| (s + t, g + t.abs()));
+                            let got = c[i * n + j] as f64;
+                            let bound = k as f64 * 2f64.powi(-24) * mag;
+                            assert!(
+                                (got - exact).abs() <= bound,
+                                "[{m},{k},{n}] case {case} ({i},{j}): {got} vs {exact}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }
