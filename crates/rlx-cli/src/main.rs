@@ -259,76 +259,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Train the digits MLP or CNN (held-out accuracy, loss-curve PNG), or a character
-    /// transformer on an embedded text (then a sample).
-    Train {
-        /// `mlp`, `cnn`, `char`, or `graph LOSS.json` (with --data DIR).
-        #[arg(default_value = "mlp")]
-        model: String,
-        /// For `graph`: the loss graph (JSON): inputs `x` and `y` (i64 class ids),
-        /// outputs `[loss]` or `[loss, logits]`, f32 params.
-        loss_graph: Option<PathBuf>,
-        /// For `graph`: a directory with `x.npy` (features, one example per row) and
-        /// `y.npy` (integer targets).
-        #[arg(long, value_name = "DIR")]
-        data: Option<PathBuf>,
-        /// Initial values for some or all params (safetensors), instead of the seeded init.
-        #[arg(long, value_name = "FILE")]
-        init: Option<PathBuf>,
-        /// Epochs over the training examples (char: until --steps, 400 by default).
-        #[arg(long)]
-        epochs: Option<usize>,
-        /// Stop after this many steps in all.
-        #[arg(long)]
-        steps: Option<usize>,
-        /// The global batch (split across the ranks with --distributed).
-        #[arg(long)]
-        batch: Option<usize>,
-        /// Peak learning rate (linear warmup, cosine decay).
-        #[arg(long)]
-        lr: Option<f32>,
-        /// Seeds the initial params, the held-out split and the shuffling (default 1).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// `adamw` (default), `adam`, `sgd` (Nesterov momentum) or `lion`.
-        #[arg(long)]
-        optimizer: Option<String>,
-        /// The text for `char` (default: two embedded sonnets).
-        #[arg(long)]
-        text: Option<PathBuf>,
-        /// Where to write the loss curve (default rlx-train-MODEL.png).
-        #[arg(long)]
-        plot: Option<PathBuf>,
-        /// Where to write the metrics, one JSON object per step and per epoch (default
-        /// rlx-train-MODEL.jsonl; a resumed run appends).
-        #[arg(long)]
-        metrics: Option<PathBuf>,
-        /// Also write TensorBoard event files to DIR (`tensorboard --logdir DIR`).
-        #[arg(long, value_name = "DIR")]
-        tensorboard: Option<PathBuf>,
-        /// Write a checkpoint to DIR after every epoch: params.safetensors, the
-        /// optimizer state, the data order and RNG, meta.json.
-        #[arg(long, value_name = "DIR")]
-        save: Option<PathBuf>,
-        /// Continue the run checkpointed in DIR (its settings, unless given again).
-        #[arg(long, value_name = "DIR")]
-        resume: Option<PathBuf>,
-        /// Stop after N epochs of this invocation (the schedule still spans the whole run);
-        /// --resume continues it.
-        #[arg(long, value_name = "N")]
-        stop_after: Option<usize>,
-        /// Data-parallel over MPI: `mpirun -np N rlx train ... --distributed`.
-        #[arg(long)]
-        distributed: bool,
-        /// Gradient allreduce bucket size in MiB (--distributed).
-        #[arg(long, default_value_t = 4.0)]
-        bucket_mib: f64,
-        #[arg(long)]
-        threads: Option<usize>,
-        /// `cpu` or `gpu` (the optimizer runs on the host).
-        #[arg(long, default_value = "cpu")]
-        device: String,
-    },
+    /// Train the digits MLP or CNN, a character transformer on a text (then a sample), or
+    /// your own loss graph on .npy arrays: held-out accuracy, a metrics file and a chart,
+    /// checkpoints to resume from, data-parallel over MPI with --distributed.
+    Train(train::TrainArgs),
     /// Print the CPU features found, the arm each kernel family uses, and the devices.
     Info,
     /// Measure against anchors in one run: `kernels` (glibc, NumPy, OpenBLAS, FMA peak),
@@ -464,53 +398,7 @@ fn main() -> ExitCode {
         }
         Command::Demo => demo::demo(),
         Command::Check { graph, backend, json, shapes } => check::check(&graph, &backend, json, &shapes),
-        Command::Train {
-            model,
-            loss_graph,
-            data,
-            init,
-            epochs,
-            steps,
-            batch,
-            lr,
-            seed,
-            optimizer,
-            text,
-            plot,
-            metrics,
-            tensorboard,
-            save,
-            resume,
-            stop_after,
-            distributed,
-            bucket_mib,
-            threads,
-            device,
-        } => Device::from_name(&device).and_then(|device| {
-            train::train(&train::TrainArgs {
-                model,
-                loss_graph,
-                data,
-                init,
-                epochs,
-                steps,
-                batch,
-                lr,
-                seed,
-                optimizer,
-                text,
-                plot,
-                metrics,
-                tensorboard,
-                save,
-                resume,
-                stop_after,
-                distributed,
-                bucket_mib,
-                threads,
-                device,
-            })
-        }),
+        Command::Train(args) => train::train(&args),
         Command::Info => info::info(),
         Command::Bench { what, onnx_model, shapes, threads, runs, .. } if what == "onnx" => match onnx_model {
             Some(path) => onnx::bench(&path, &shapes, &threads, runs.max(1)),

@@ -14,28 +14,75 @@ use rlx::train::{
 };
 use std::path::{Path, PathBuf};
 
+/// `rlx train`'s arguments.
+#[derive(clap::Args)]
 pub struct TrainArgs {
+    /// `mlp`, `cnn`, `char`, or `graph LOSS.json` (with --data DIR).
+    #[arg(default_value = "mlp")]
     pub model: String,
+    /// For `graph`: the loss graph (JSON): inputs `x` and `y` (i64 class ids),
+    /// outputs `[loss]` or `[loss, logits]`, f32 params.
     pub loss_graph: Option<PathBuf>,
+    /// For `graph`: a directory with `x.npy` (features, one example per row) and
+    /// `y.npy` (integer targets).
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
+    /// Initial values for some or all params (safetensors), instead of the seeded init.
+    #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
+    /// Epochs over the training examples (char: until --steps, 400 by default).
+    #[arg(long)]
     pub epochs: Option<usize>,
+    /// Stop after this many steps in all.
+    #[arg(long)]
     pub steps: Option<usize>,
+    /// The global batch (split across the ranks with --distributed).
+    #[arg(long)]
     pub batch: Option<usize>,
+    /// Peak learning rate (linear warmup, cosine decay).
+    #[arg(long)]
     pub lr: Option<f32>,
+    /// Seeds the initial params, the held-out split and the shuffling (default 1).
+    #[arg(long)]
     pub seed: Option<u64>,
+    /// `adamw` (default), `adam`, `sgd` (Nesterov momentum) or `lion`.
+    #[arg(long)]
     pub optimizer: Option<String>,
+    /// The text for `char` (default: two embedded sonnets).
+    #[arg(long)]
     pub text: Option<PathBuf>,
+    /// Where to write the loss curve (default rlx-train-MODEL.png).
+    #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Where to write the metrics, one JSON object per step and per epoch (default
+    /// rlx-train-MODEL.jsonl; a resumed run appends).
+    #[arg(long)]
     pub metrics: Option<PathBuf>,
+    /// Also write TensorBoard event files to DIR (`tensorboard --logdir DIR`).
+    #[arg(long, value_name = "DIR")]
     pub tensorboard: Option<PathBuf>,
+    /// Write a checkpoint to DIR after every epoch: params.safetensors, the
+    /// optimizer state, the data order and RNG, meta.json.
+    #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
+    /// Continue the run checkpointed in DIR (its settings, unless given again).
+    #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
+    /// Stop after N epochs of this invocation (the schedule still spans the whole run);
+    /// --resume continues it.
+    #[arg(long, value_name = "N")]
     pub stop_after: Option<usize>,
+    /// Data-parallel over MPI: `mpirun -np N rlx train ... --distributed`.
+    #[arg(long)]
     pub distributed: bool,
+    /// Gradient allreduce bucket size in MiB (--distributed).
+    #[arg(long, default_value_t = 4.0)]
     pub bucket_mib: f64,
+    #[arg(long)]
     pub threads: Option<usize>,
-    pub device: Device,
+    /// `cpu` or `gpu` (the optimizer runs on the host).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 fn rule(name: &str) -> Result<Rule> {
@@ -68,11 +115,15 @@ pub fn process_group() -> Result<Box<dyn Collective>> {
 }
 
 pub fn train(args: &TrainArgs) -> Result<()> {
+    let device = Device::from_name(&args.device)?;
+    if !(args.bucket_mib.is_finite() && args.bucket_mib > 0.0) {
+        return Err(Error::input(format!("--bucket-mib must be a size > 0, got {}", args.bucket_mib)));
+    }
     if !args.distributed {
-        return train_in(args, None);
+        return train_in(args, device, None);
     }
     let group = process_group()?;
-    let result = train_in(args, Some(group.as_ref()));
+    let result = train_in(args, device, Some(group.as_ref()));
     if let Err(e) = &result
         && group.size() > 1
     {
@@ -164,13 +215,13 @@ fn setup(args: &TrainArgs, ranks: usize) -> Result<(Network, ArrayData, RunConfi
     }
 }
 
-fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
+fn train_in(args: &TrainArgs, device: Device, group: Option<&dyn Collective>) -> Result<()> {
     let (rank, ranks) = group.map_or((0, 1), |g| (g.rank(), g.size()));
     let root = rank == 0;
     let options = CompileOptions { threads: args.threads, ..CompileOptions::default() };
     let (network, data, base, vocab) = setup(args, ranks)?;
     let base = match &args.resume {
-        Some(dir) => RunConfig::saved_in(dir, args.device)?,
+        Some(dir) => RunConfig::saved_in(dir, device)?,
         None => base,
     };
     let cfg = RunConfig {
@@ -183,7 +234,7 @@ fn train_in(args: &TrainArgs, group: Option<&dyn Collective>) -> Result<()> {
             None => base.rule,
         },
         seed: args.seed.unwrap_or(base.seed),
-        device: args.device,
+        device,
         ..base
     };
     let control = RunControl {

@@ -2,6 +2,8 @@
 //! writer against a committed file that package loads (tests/fixtures/make_safetensors.py
 //! makes the one and checks the other), malformed headers, and a bounded fuzz run.
 
+mod common;
+
 use rlx_io::{parse_safetensors, safetensors_bytes};
 use rlx_ir::{DType, HostTensor};
 use std::path::PathBuf;
@@ -137,33 +139,12 @@ fn malformed_files_are_errors_naming_the_fault() {
 #[test]
 fn fuzzed_files_never_panic() {
     let seeds = [rlx_written(), std::fs::read(fixture("python_written.safetensors")).unwrap()];
-    for seed in &seeds {
-        for cut in 0..seed.len() {
-            let _ = parse_safetensors(&seed[..cut]);
-        }
-    }
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    for i in 0..20_000 {
-        let mut file = seeds[i % seeds.len()].clone();
-        for _ in 0..1 + next() % 3 {
-            // Mostly the header, where the structure is.
-            let at = (next() % (file.len() as u64).min(300)) as usize;
-            file[at] = match next() % 3 {
-                0 => next() as u8,
-                1 => b"0123456789[],:\" "[(next() % 16) as usize],
-                _ => file[at] ^ 0x80,
-            };
-        }
-        if let Ok(f) = parse_safetensors(&file) {
+    // Mostly the header, where the structure is.
+    common::mutations(&seeds, b"0123456789[],:\" ", 300, |file| {
+        if let Ok(f) = parse_safetensors(file) {
             for (_, t) in &f.tensors {
                 assert_eq!(t.bytes().len(), t.len() * t.dtype().size_bytes());
             }
         }
-    }
+    });
 }
