@@ -217,13 +217,14 @@ fn train() -> Result<()> {
     Ok(())
 }
 
-/// Runs tools/bench/jax_train_bench.py with the system python, if it has JAX.
+/// Runs tools/bench/jax_train_bench.py with the anchors' Python (`$RLX_PYTHON` or
+/// python3), if it has JAX.
 fn jax_train(threads: usize) -> std::result::Result<serde_json::Value, String> {
     let dir = std::env::temp_dir().join(format!("rlx-bench-jax-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let script = dir.join("jax_train_bench.py");
     std::fs::write(&script, include_str!("../../../tools/bench/jax_train_bench.py")).map_err(|e| e.to_string())?;
-    let out = std::process::Command::new("python3")
+    let out = std::process::Command::new(bench::anchor_python())
         .arg(&script)
         .args(["--threads", &threads.to_string()])
         .output()

@@ -499,7 +499,7 @@ pub fn bench_llm(
     }
     // Host threads only matter on the CPU.
     let threads = if device == Device::Cpu { threads } else { &threads[..threads.len().min(1)] };
-    let llama_bench = llama_cpp.then(llama_bench_path).flatten();
+    let llama_bench = if llama_cpp { llama_bench_path()? } else { None };
     let token_bytes = decode_bytes(&Gguf::open(&path)?);
     let mut rows = Vec::new();
     let mut llama_bench_peak_kib = 0;
@@ -647,11 +647,16 @@ fn decode_bytes(g: &Gguf) -> u64 {
 }
 
 /// `$LLAMA_BENCH`, or where tools/llm/build_llama_cpp.sh builds llama-bench, if present.
-fn llama_bench_path() -> Option<PathBuf> {
-    let path = std::env::var_os("LLAMA_BENCH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| rlx::models::models_dir().join("llama.cpp/build/bin/llama-bench"));
-    path.exists().then_some(path)
+fn llama_bench_path() -> Result<Option<PathBuf>> {
+    if let Some(path) = std::env::var_os("LLAMA_BENCH").map(PathBuf::from) {
+        // Named on purpose: a wrong path is an error, not a quiet fall-back.
+        return match path.exists() {
+            true => Ok(Some(path)),
+            false => Err(Error::input(format!("LLAMA_BENCH names {}, which does not exist", path.display()))),
+        };
+    }
+    let path = rlx::models::models_dir().join("llama.cpp/build/bin/llama-bench");
+    Ok(path.exists().then_some(path))
 }
 
 /// llama-bench's pp512 and tg128 tokens/s at `threads`, as (test, rate), and its peak

@@ -211,3 +211,18 @@ fn quantize_replaces_its_input_or_leaves_nothing() {
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, ["tiny.gguf"]);
 }
+
+/// `LLAMA_BENCH` naming a missing file is an error naming it, not a quiet fall-back to
+/// another anchor.
+#[test]
+fn bench_llm_refuses_a_missing_llama_bench() {
+    let dir = scratch("llama_bench_missing");
+    let model = tiny_model(&dir);
+    let o = Command::new(env!("CARGO_BIN_EXE_rlx"))
+        .args(["bench", "llm", "--model", model.to_str().unwrap(), "--llama-cpp", "--threads", "1"])
+        .env("LLAMA_BENCH", "/nonexistent/llama-bench")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success() && err.contains("LLAMA_BENCH names /nonexistent/llama-bench"), "{err}");
+}

@@ -2,7 +2,7 @@
 //! each kernel timed next to its anchors in the same run, with the ratio printed.
 //!
 //! Anchors: glibc's scalar libm loop (what an f32 `exp()` per element costs), NumPy's
-//! float32 ufuncs (vectorized SIMD math; spawned via python3 when numpy is present),
+//! float32 ufuncs (vectorized SIMD math; spawned via `$RLX_PYTHON` or python3 when numpy is present),
 //! OpenBLAS sgemm (when linked) and the machine's FMA peak measured here.
 
 use crate::features::Arm;
@@ -179,6 +179,11 @@ fn sum_words_avx2(x: &[u64]) -> u64 {
     lanes.iter().fold(tail, |a, v| a.wrapping_add(*v))
 }
 
+/// The Python the anchors run under: `$RLX_PYTHON`, else `python3` on the PATH.
+pub fn anchor_python() -> std::ffi::OsString {
+    std::env::var_os("RLX_PYTHON").unwrap_or_else(|| "python3".into())
+}
+
 /// NumPy float32 ufunc rates (Melem/s) over `n` elements, or None without python3+numpy.
 pub fn numpy_rates(functions: &[&str], n: usize) -> Option<Vec<f64>> {
     let script = format!(
@@ -190,7 +195,7 @@ pub fn numpy_rates(functions: &[&str], n: usize) -> Option<Vec<f64>> {
          \x20   t = min(timeit.repeat(lambda: fn(x, out=o), number=20, repeat=5)) / 20\n\
          \x20   print({n} / t / 1e6)\n"
     );
-    let out = std::process::Command::new("python3").args(["-c", &script]).output().ok()?;
+    let out = std::process::Command::new(anchor_python()).args(["-c", &script]).output().ok()?;
     if !out.status.success() {
         return None;
     }
@@ -205,7 +210,7 @@ fn numpy_sum_rate(n: usize) -> Option<f64> {
          x = np.random.default_rng(0).random({n}, dtype=np.float32)\n\
          print({n} / (min(timeit.repeat(lambda: x.sum(), number=50, repeat=5)) / 50) / 1e6)\n"
     );
-    let out = std::process::Command::new("python3").args(["-c", &script]).output().ok()?;
+    let out = std::process::Command::new(anchor_python()).args(["-c", &script]).output().ok()?;
     String::from_utf8_lossy(&out.stdout).trim().parse().ok().filter(|_| out.status.success())
 }
 
