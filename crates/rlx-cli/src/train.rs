@@ -116,6 +116,9 @@ pub fn process_group() -> Result<Box<dyn Collective>> {
 
 pub fn train(args: &TrainArgs) -> Result<()> {
     let device = Device::from_name(&args.device)?;
+    if args.stop_after == Some(0) {
+        return Err(Error::input("--stop-after must be at least 1 epoch"));
+    }
     if !(args.bucket_mib.is_finite() && args.bucket_mib > 0.0) {
         return Err(Error::input(format!("--bucket-mib must be a size > 0, got {}", args.bucket_mib)));
     }

@@ -582,7 +582,7 @@ fn train_resumes_from_a_checkpoint_bit_for_bit() {
 fn train_refuses_settings_that_would_train_nothing() {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let threads = (1000 * cores).to_string();
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["train", "mlp", "--lr", "nan"], "learning rate must be a finite number >= 0, got NaN"),
         (&["train", "mlp", "--lr", "inf"], "got inf"),
         (&["train", "char", "--lr=-inf"], "got -inf"),
@@ -593,6 +593,7 @@ fn train_refuses_settings_that_would_train_nothing() {
         (&["train", "char", "--threads", &threads], "per core"),
         (&["train", "mlp", "--bucket-mib", "0"], "--bucket-mib must be a size > 0, got 0"),
         (&["train", "mlp", "--steps", "0"], "the step count must be at least 1"),
+        (&["train", "mlp", "--stop-after", "0"], "--stop-after must be at least 1 epoch"),
     ];
     for (args, needle) in cases {
         let o = rlx(args);
