@@ -650,10 +650,10 @@ fn decode_bytes(g: &Gguf) -> u64 {
 fn llama_bench_path() -> Result<Option<PathBuf>> {
     if let Some(path) = std::env::var_os("LLAMA_BENCH").map(PathBuf::from) {
         // Named on purpose: a wrong path is an error, not a quiet fall-back.
-        return match path.exists() {
-            true => Ok(Some(path)),
-            false => Err(Error::input(format!("LLAMA_BENCH names {}, which does not exist", path.display()))),
-        };
+        if !path.exists() {
+            return Err(Error::input(format!("LLAMA_BENCH names {}, which does not exist", path.display())));
+        }
+        return Ok(Some(path));
     }
     let path = rlx::models::models_dir().join("llama.cpp/build/bin/llama-bench");
     Ok(path.exists().then_some(path))

@@ -582,7 +582,7 @@ fn train_resumes_from_a_checkpoint_bit_for_bit() {
 fn train_refuses_settings_that_would_train_nothing() {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let threads = (1000 * cores).to_string();
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 15] = [
         (&["train", "mlp", "--lr", "nan"], "learning rate must be a finite number >= 0, got NaN"),
         (&["train", "mlp", "--lr", "inf"], "got inf"),
         (&["train", "char", "--lr=-inf"], "got -inf"),
@@ -594,6 +594,10 @@ fn train_refuses_settings_that_would_train_nothing() {
         (&["train", "mlp", "--bucket-mib", "0"], "--bucket-mib must be a size > 0, got 0"),
         (&["train", "mlp", "--steps", "0"], "the step count must be at least 1"),
         (&["train", "mlp", "--stop-after", "0"], "--stop-after must be at least 1 epoch"),
+        (&["train", "char", "--text", "/nonexistent/corpus.txt"], "/nonexistent/corpus.txt"),
+        (&["train", "mlp", "--resume", "/nonexistent/ckpt"], "/nonexistent/ckpt/meta.json"),
+        (&["train", "mlp", "--epochs", "1", "--metrics", "/proc/rlx-none/m.jsonl"], "/proc/rlx-none/m.jsonl"),
+        (&["train", "mlp", "--epochs", "1", "--tensorboard", "/proc/rlx-none"], "/proc/rlx-none"),
     ];
     for (args, needle) in cases {
         let o = rlx(args);

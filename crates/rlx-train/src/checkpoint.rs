@@ -12,8 +12,8 @@
 //! between renames is refused on resume instead of mixing two steps.
 
 use rlx_io::{SafeTensors, load_safetensors, save_safetensors};
-use rlx_ir::shape::fmt_dims;
-use rlx_ir::{Error, HostTensor, Result};
+use rlx_ir::shape::{fmt_dims, fmt_type};
+use rlx_ir::{DType, Error, HostTensor, Result};
 use rlx_optim::Optimizer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -135,16 +135,7 @@ pub(crate) fn load(
     };
     let take = |st: &SafeTensors, file: &str, name: &str, d: &[usize]| -> Result<Vec<f32>> {
         let t = st.get(name).ok_or_else(|| Error::parse(format!("{}/{file}: no tensor '{name}'", dir.display())))?;
-        if t.dtype() != rlx_ir::DType::F32 || t.dims() != d {
-            return Err(Error::parse(format!(
-                "{}/{file}: tensor '{name}' is {:?} {}, expected f32 {}",
-                dir.display(),
-                t.dtype(),
-                fmt_dims(t.dims()),
-                fmt_dims(d)
-            )));
-        }
-        Ok(t.to_f32_vec())
+        f32_values(&dir.join(file), name, t, d)
     };
     let st = read("params.safetensors")?;
     let loaded: Vec<Vec<f32>> =
@@ -164,6 +155,20 @@ pub(crate) fn load(
     *optimizer = meta.optimizer;
     optimizer.state.moments = moments;
     Ok(meta.run)
+}
+
+/// The values of tensor `name` of the file at `path`, which must be f32 of `dims` (the
+/// param it fills).
+pub(crate) fn f32_values(path: &Path, name: &str, t: &HostTensor, dims: &[usize]) -> Result<Vec<f32>> {
+    if t.dtype() != DType::F32 || t.dims() != dims {
+        return Err(Error::input(format!(
+            "{}: tensor '{name}' is {}, the param is {}",
+            path.display(),
+            fmt_type(t.dtype(), t.dims()),
+            fmt_type(DType::F32, dims)
+        )));
+    }
+    Ok(t.to_f32_vec())
 }
 
 /// The first way `saved` and `here` differ, in words.

@@ -116,8 +116,13 @@ impl Digits {
 pub fn stratified_split(labels: &[i64], held_out_fraction: f64, seed: u64) -> (Vec<usize>, Vec<usize>) {
     let mut rng = Rng::new(seed);
     let (mut train, mut test) = (Vec::new(), Vec::new());
-    for class in 0..=labels.iter().copied().max().unwrap_or(-1) {
-        let mut idx: Vec<usize> = (0..labels.len()).filter(|&i| labels[i] == class).collect();
+    // Each class's examples in index order, classes ascending (an absent class would
+    // shuffle nothing and draw nothing, so only present ones are visited).
+    let mut classes: std::collections::BTreeMap<i64, Vec<usize>> = Default::default();
+    for (i, &l) in labels.iter().enumerate() {
+        classes.entry(l).or_default().push(i);
+    }
+    for mut idx in classes.into_values() {
         rng.shuffle(&mut idx);
         let k = (idx.len() as f64 * held_out_fraction).round() as usize;
         test.extend_from_slice(&idx[..k]);
@@ -185,10 +190,11 @@ impl ArrayData {
     /// An error naming the first target outside `0..classes`.
     pub fn check_classes(&self, classes: usize) -> Result<()> {
         let per = self.target().iter().product::<usize>().max(1);
-        match self.labels().iter().position(|&l| l as u64 >= classes as u64) {
+        let labels = self.labels();
+        match labels.iter().position(|&l| l as u64 >= classes as u64) {
             Some(i) => Err(Error::input(format!(
                 "target {} of example {} is out of range for {classes} classes",
-                self.labels()[i],
+                labels[i],
                 i / per
             ))),
             None => Ok(()),

@@ -92,7 +92,7 @@ impl<'a> DataParallel<'a> {
     pub fn sync(&mut self, trainer: &mut GraphTrainer) -> Result<()> {
         let buffers = trainer.params.iter_mut().chain(trainer.optimizer.state.moments.iter_mut().flatten());
         for buffer in buffers {
-            let mut bytes: Vec<u8> = buffer.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut bytes = rlx_ir::encode_le(buffer, f32::to_le_bytes);
             self.group.broadcast(&mut bytes)?;
             for (v, b) in buffer.iter_mut().zip(bytes.chunks_exact(4)) {
                 *v = f32::from_le_bytes(b.try_into().expect("4 bytes"));

@@ -7,7 +7,7 @@ use crate::data::{ArrayData, Digits, Rng};
 use crate::distributed::{Collective, DEFAULT_BUCKET_BYTES, DataParallel, ReduceStats, Solo};
 use crate::models::{Network, accuracy, mean};
 use crate::trainer::Trainer;
-use rlx_ir::{Error, Result};
+use rlx_ir::{Error, HostTensor, Result};
 use rlx_optim::{Rule, Schedule};
 use rlx_runtime::{CompileOptions, Device};
 use serde::{Deserialize, Serialize};
@@ -245,8 +245,7 @@ pub fn train_digits(
 
 /// Trains `network` on `data` as `cfg` says, saving, resuming and sharing the work as
 /// `control` says; `report` sees every step and epoch (an error from it ends the run).
-/// Returns the trainer (final
-/// params) and the figures of the epochs this call trained.
+/// Returns the trainer (final params) and the figures of the epochs this call trained.
 pub fn train(
     network: Network,
     data: &ArrayData,
@@ -300,6 +299,10 @@ pub fn train(
     if let Some(path) = &control.init {
         trainer.core.load_params_file(path)?;
     }
+    // The held-out batches, gathered once: whole, or in the fixed batch size of a loss graph.
+    let held_size = trainer.network.fixed_batch().unwrap_or(held_set.len()).max(1);
+    let held_batches: Vec<(HostTensor, HostTensor)> =
+        held_set.chunks_exact(held_size).map(|chunk| data.batch(chunk)).collect::<Result<_>>()?;
     let mut rng = Rng::new(cfg.seed ^ 0x5eed);
     let mut first_epoch = 0;
     let config = SavedConfig::of(cfg);
@@ -344,7 +347,7 @@ pub fn train(
         if group.size() > 1 {
             dp.check_same_params(&trainer.core, &format!("after epoch {}", epoch + 1))?;
         }
-        let (held_out_loss, held_out_accuracy) = evaluate(&mut trainer, data, &held_set, classes)?;
+        let (held_out_loss, held_out_accuracy) = evaluate(&mut trainer, &held_batches, classes)?;
         let e = Epoch { epoch, step_losses, held_out_loss, held_out_accuracy, seconds: start.elapsed().as_secs_f64() };
         if let (Some(dir), 0) = (&control.save, group.rank()) {
             let state = LoopState { epoch: epoch + 1, rng: rng.state(), config: config.clone() };
@@ -357,25 +360,22 @@ pub fn train(
     Ok((trainer, epochs))
 }
 
-/// Mean loss and accuracy (NaN without logits) over the examples `held`: in one batch,
-/// or for a loss graph of one batch size in whole batches of it (the tail left out).
-fn evaluate(trainer: &mut Trainer, data: &ArrayData, held: &[usize], classes: usize) -> Result<(f32, f64)> {
-    let size = trainer.network.fixed_batch().unwrap_or(held.len());
-    let (mut loss, mut hits, mut seen, mut batches) = (0f64, 0f64, 0usize, 0usize);
-    for chunk in held.chunks_exact(size.max(1)) {
-        let (x, y) = data.batch(chunk)?;
-        let (l, logits) = trainer.evaluate(&x, &y)?;
+/// Mean loss and accuracy (NaN without logits) over the held-out `batches` (NaN both
+/// when there are none: a loss graph's fixed batch leaves out the tail).
+fn evaluate(trainer: &mut Trainer, batches: &[(HostTensor, HostTensor)], classes: usize) -> Result<(f32, f64)> {
+    if batches.is_empty() {
+        return Ok((f32::NAN, f64::NAN));
+    }
+    let (mut loss, mut hits, mut seen) = (0f64, 0f64, 0usize);
+    for (x, y) in batches {
+        let (l, logits) = trainer.evaluate(x, y)?;
         let labels: Vec<i64> = y.to_f64_vec().iter().map(|&v| v as i64).collect();
         if classes > 0 {
             hits += accuracy(&logits, &labels, classes) * labels.len() as f64;
         }
         loss += l as f64;
         seen += labels.len();
-        batches += 1;
-    }
-    if batches == 0 {
-        return Ok((f32::NAN, f64::NAN));
     }
     let accuracy = if classes > 0 { hits / seen as f64 } else { f64::NAN };
-    Ok(((loss / batches as f64) as f32, accuracy))
+    Ok(((loss / batches.len() as f64) as f32, accuracy))
 }

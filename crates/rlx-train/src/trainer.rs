@@ -169,15 +169,7 @@ impl GraphTrainer {
                     self.names.join(", ")
                 )));
             };
-            if t.dtype() != rlx_ir::DType::F32 || t.dims() != self.dims[i].as_slice() {
-                return Err(Error::input(format!(
-                    "{}: tensor '{name}' is {}, the param is {}",
-                    path.display(),
-                    fmt_type(t.dtype(), t.dims()),
-                    fmt_type(rlx_ir::DType::F32, &self.dims[i])
-                )));
-            }
-            self.params[i] = t.to_f32_vec();
+            self.params[i] = checkpoint::f32_values(path, name, t, &self.dims[i])?;
         }
         Ok(())
     }
@@ -189,7 +181,7 @@ impl GraphTrainer {
         let mut h = Sha256::new();
         for (name, values) in self.names.iter().zip(&self.params) {
             h.update(name.as_bytes());
-            values.iter().for_each(|v| h.update(v.to_le_bytes()));
+            h.update(rlx_ir::encode_le(values, f32::to_le_bytes));
         }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
