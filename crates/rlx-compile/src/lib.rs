@@ -42,13 +42,13 @@ pub struct Target {
 impl Target {
     /// The CPU: f16/bf16 activations computed in f32 buffers, f16/bf16 weights packed
     /// where only matmuls, gathers and casts read them; regions up to 32 ops and 8 inputs
-    /// (a block of 256 elements times 40 registers is 40 KiB of scratch, inside L1+L2);
-    /// params in their own buffers (weights mapped from a GGUF file, shared KV caches).
+    /// (a block of 256 elements times 40 registers is 40 KiB of scratch, inside L1+L2),
+    /// a region feeding a reduction evaluated inside it; params in their own buffers (weights mapped from a GGUF file, shared KV caches).
     pub const CPU: Target = Target {
         name: "cpu",
         width_policy: ArenaWidthPolicy::NativeHalfWidened,
         packed_operand: cpu_packed_operand,
-        fusion_limits: FusionLimits { max_ops: 32, max_inputs: 8, patterns: true },
+        fusion_limits: FusionLimits { max_ops: 32, max_inputs: 8, patterns: true, region_reduce: true },
         params_outside_arena: true,
     };
 
@@ -56,13 +56,13 @@ impl Target {
     /// quantized weight bytes, which the dequantizing kernels read packed; elementwise
     /// regions up to 32 ops and 6 inputs (each a generated shader; 6 inputs, the output
     /// and the metadata are the 8 storage buffers every WebGPU device binds); no pattern
-    /// fusions (no fused kernels to run them yet); params in buffers of their own
+    /// fusions and no region+reduce (no fused kernels to run them yet); params in buffers of their own
     /// (set_param uploads one param, a KV cache is updated in place).
     pub const GPU: Target = Target {
         name: "gpu",
         width_policy: ArenaWidthPolicy::Words32,
         packed_operand: gpu_packed_operand,
-        fusion_limits: FusionLimits { max_ops: 32, max_inputs: 6, patterns: false },
+        fusion_limits: FusionLimits { max_ops: 32, max_inputs: 6, patterns: false, region_reduce: false },
         params_outside_arena: true,
     };
 

@@ -3,7 +3,7 @@
 //! one (see `fusion`). Backends execute schedules; the memory planner places their values.
 
 use rlx_ir::shape::{fmt_type, numel};
-use rlx_ir::{BinaryOp, CompareOp, DType, Error, F32Attr, Graph, HostTensor, NodeId, Op, Result, Unary};
+use rlx_ir::{BinaryOp, CompareOp, DType, Error, F32Attr, Graph, HostTensor, NodeId, Op, ReduceOp, Result, Unary};
 
 /// Index of a value in `Schedule::values`.
 pub type ValueId = usize;
@@ -72,6 +72,11 @@ pub enum Kernel {
     Op(Op),
     /// A fused elementwise region: inputs are its loads, one output.
     Region(Region),
+    /// A fused elementwise region of result shape `dims`, reduced as it is computed (its
+    /// result is never written): each output folds one contiguous run of `numel(dims) /
+    /// numel(output)` elements, the reduced axes being the trailing ones. Inputs are the
+    /// region's loads; one output.
+    RegionReduce { region: Region, dims: Vec<usize>, op: ReduceOp },
     /// A matmul whose operands are stored transposed (last two axes swapped) when `ta` /
     /// `tb`: inputs the stored operands; one output.
     MatMulT { ta: bool, tb: bool },
@@ -97,6 +102,9 @@ impl Kernel {
         match self {
             Kernel::Op(op) => op.name().to_string(),
             Kernel::Region(r) => format!("elementwise region ({} ops)", r.ops.len()),
+            Kernel::RegionReduce { region, op, .. } => {
+                format!("elementwise region ({} ops) + {}", region.ops.len(), op.name())
+            }
             Kernel::MatMulT { ta, tb } => {
                 format!("matmul ({}{})", if *ta { "a^T" } else { "a" }, if *tb { " b^T" } else { " b" })
             }

@@ -214,11 +214,15 @@ fn numpy_sum_rate(n: usize) -> Option<f64> {
     String::from_utf8_lossy(&out.stdout).trim().parse().ok().filter(|_| out.status.success())
 }
 
-/// Melem/s of a compiled `reduce_sum` over a param of `n` f32 (one output).
-pub fn sum_program_melems(n: usize) -> rlx_ir::Result<f64> {
+/// Melem/s of a compiled `reduce_sum` over a param of `n` f32, or over `unary` of it
+/// (one output; fused, the unary's result is never written).
+pub fn sum_program_melems(n: usize, unary: Option<rlx_ir::Unary>) -> rlx_ir::Result<f64> {
     use rlx_ir::{DType, Graph, HostTensor, ReduceOp};
     let mut g = Graph::new("sum");
-    let x = g.param("x", DType::F32, &[n])?;
+    let mut x = g.param("x", DType::F32, &[n])?;
+    if let Some(u) = unary {
+        x = g.unary(u, x)?;
+    }
     let s = g.reduce(ReduceOp::Sum, x, &[0], false)?;
     g.set_outputs(&[s])?;
     let mut program = crate::CpuProgram::compile(&g, &rlx_compile::CompileOptions::default(), 1)?;
@@ -366,11 +370,24 @@ pub fn kernel_suite() -> Vec<Row> {
     table.push(Row {
         name: "sum of 1M f32 (param -> reduce, pairwise)".into(),
         unit: "Melem/s",
-        ours: sum_program_melems(n).unwrap_or(f64::NAN),
+        ours: sum_program_melems(n, None).unwrap_or(f64::NAN),
         anchors: vec![
             Anchor::new("NumPy f32 x.sum()", numpy_sum_rate(n), Some(1.0)),
             Anchor::new("running f32 sum loop", Some(running), None),
         ],
+    });
+
+    // exp fused into the sum: the exp values are summed block by block as they are made,
+    // never written; against the exp kernel alone (which writes them).
+    table.push(Row {
+        name: "param -> exp -> sum, 1M f32 (fused)".into(),
+        unit: "Melem/s",
+        ours: sum_program_melems(n, Some(rlx_ir::Unary::Exp)).unwrap_or(f64::NAN),
+        anchors: vec![Anchor::new(
+            "exp kernel alone",
+            Some(melems(&x, |x, o| vmath::exp_slice(arm, x, o))),
+            Some(1.0 / 1.3),
+        )],
     });
 
     // SGEMM 1024^3 through a compiled graph.

@@ -56,6 +56,7 @@ enum Kernel {
     AvgPoolGrad { geometry: conv::Geometry, count_include_pad: bool },
     Scan(Arc<scan::ScanPlan>),
     Region(region::RegionPlan),
+    RegionReduce(region::RegionReducePlan),
     MatMulBias { plan: matmul::MatMulPlan, act: Option<Unary> },
     SwiGlu,
     SwiGluMatMul(matmul::MatMulPlan),
@@ -116,9 +117,10 @@ pub struct CpuProgram {
     outputs: Vec<(TSlot, DType, Vec<usize>)>,
     threads: usize,
     pool: Arc<ThreadPool>,
-    /// Every operand of every step has at most [`INLINE_ELEMS`] elements: the program
-    /// runs on the caller's thread (no kernel would split such work, and handing it to
-    /// the pool and back costs more than the work).
+    /// One worker, or every operand of every step has at most [`INLINE_ELEMS`] elements:
+    /// the program runs on the caller's thread (no kernel would split such work, and
+    /// handing it to the pool and back costs more than the work; with one worker, the
+    /// hand-off also cost ~10% of a 1M-element exp -> sum, AMD EPYC).
     inline: bool,
     compiled: Compiled,
     /// The graph's name: the profiler's key ([`crate::profile`]).
@@ -205,7 +207,7 @@ impl CpuProgram {
         bases.extend(param_buffers.iter().map(|b| b.as_ref().map_or(BufPtr(std::ptr::null_mut()), |b| b.start())));
         Ok(CpuProgram {
             arena,
-            inline: thunks.iter().all(|t| t.ins.iter().chain(&t.outs).all(|s| s.len <= INLINE_ELEMS)),
+            inline: threads == 1 || thunks.iter().all(|t| t.ins.iter().chain(&t.outs).all(|s| s.len <= INLINE_ELEMS)),
             thunks,
             param_set: vec![false; params.len()],
             param_buffers,
@@ -526,6 +528,12 @@ fn resolve(
             let input_dims: Vec<&[usize]> = ins.iter().map(|(_, d)| *d).collect();
             Kernel::Region(region::RegionPlan::new(r, out, &input_dims))
         }
+        StepKernel::RegionReduce { region, dims, op } => {
+            let input_dims: Vec<&[usize]> = ins.iter().map(|(_, d)| *d).collect();
+            let region = region::RegionPlan::new(region, dims, &input_dims);
+            let run = region.len / numel(out).max(1);
+            Kernel::RegionReduce(region::RegionReducePlan::new(region, *op, run))
+        }
         StepKernel::MatMulBias { act } => {
             Kernel::MatMulBias { plan: matmul_plan(ins, out, (false, false), threads), act: *act }
         }
@@ -710,6 +718,7 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         }
         Kernel::Scan(p) => scan::scan(p, ins, out),
         Kernel::Region(p) => region::region(p, arm, ins, out),
+        Kernel::RegionReduce(p) => region::region_reduce(p, arm, ins, out),
         Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, arm, ins, out),
         Kernel::SwiGlu => fused::swiglu(arm, ins, out),
         Kernel::SwiGluMatMul(p) => fused::swiglu_matmul(p, arm, ins, out),

@@ -169,7 +169,7 @@ fn portable_arm_is_the_scalar_and_every_arm_propagates_nan() {
     let nans = [f32::NAN, -f32::NAN, f32::from_bits(0x7fc0_0001), f32::from_bits(0x7f80_0001)];
     xs.extend(nans);
     xs.extend([f32::INFINITY, f32::NEG_INFINITY, 1e-40, -1e-40, 0.0, -0.0]);
-    for &(name, kernel, scalar) in SLICE_FUNCTIONS {
+    for &(name, kernel, scalar, _) in SLICE_FUNCTIONS {
         let mut portable = vec![0f32; xs.len()];
         kernel(Arm::Portable, &xs, &mut portable);
         for (i, (&x, &p)) in xs.iter().zip(&portable).enumerate() {
@@ -184,6 +184,34 @@ fn portable_arm_is_the_scalar_and_every_arm_propagates_nan() {
             // Infinities and zeros land where the portable arm puts them.
             for (i, (&a, &p)) in out.iter().zip(&portable).enumerate().skip(out.len() - 6) {
                 assert!(a == p || (a.is_nan() && p.is_nan()), "{name} arm {}: special input {i}", arm.name());
+            }
+        }
+    }
+}
+
+/// Each function's leaf-sum kernel (what a fused `f(x) -> sum` adds per 512-element
+/// block) is bit for bit the pairwise sum of that arm's slice output, at every tail
+/// length, with NaN, infinities, denormals and signed zeros among the inputs.
+#[test]
+fn leaf_sums_are_the_pairwise_sum_of_the_slice_output() {
+    let mut xs = sweep(-30.0, 30.0, 512, 41);
+    for (i, v) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40, -0.0].into_iter().enumerate() {
+        xs[100 + 97 * i] = v;
+    }
+    for &(name, kernel, _, sum) in SLICE_FUNCTIONS {
+        for arm in Arm::available() {
+            for len in [0, 1, 3, 15, 16, 17, 100, 511, 512] {
+                // The specials sit at 100 and past: the shorter runs are all finite.
+                let x = &xs[xs.len() - len..];
+                let mut out = vec![0f32; len];
+                kernel(arm, x, &mut out);
+                let want = rlx_ir::ops::reduce::pairwise_sum(&out);
+                let got = sum(arm, x);
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "{name} arm {} over {len}: {got:e} vs {want:e}",
+                    arm.name()
+                );
             }
         }
     }

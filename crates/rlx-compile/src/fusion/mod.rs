@@ -22,10 +22,13 @@ pub struct FusionLimits {
     pub max_inputs: usize,
     /// Whether pattern fusions (matmul+bias+act, swiglu, add+norm, ...) run.
     pub patterns: bool,
+    /// Whether an elementwise chain feeding a reduction over trailing axes is evaluated
+    /// inside the reduction (`Kernel::RegionReduce`) instead of written out.
+    pub region_reduce: bool,
 }
 
 impl FusionLimits {
-    pub const NONE: FusionLimits = FusionLimits { max_ops: 1, max_inputs: 0, patterns: false };
+    pub const NONE: FusionLimits = FusionLimits { max_ops: 1, max_inputs: 0, patterns: false, region_reduce: false };
 
     /// Registers a region evaluator needs at most: one per load and one per op.
     pub fn max_registers(&self) -> usize {
@@ -57,6 +60,9 @@ pub fn fuse(s: &mut Schedule, limits: &FusionLimits, log: &mut Vec<String>) -> R
     }
     if limits.max_ops > 1 {
         passes.push(("elementwise_regions", region::form_regions));
+    }
+    if limits.region_reduce {
+        passes.push(("region_reduce", region::fuse_reductions));
     }
     for (name, pass) in passes {
         let mut lines = Vec::new();

@@ -146,3 +146,61 @@ fn build(s: &Schedule, members: &[usize], facts: &Facts) -> (Region, Vec<ValueId
     let result = ops.len() - 1;
     (Region { ops, result }, inputs)
 }
+
+/// Region + reduce: a reduction whose operand is written by an elementwise region (or one
+/// elementwise op) that nothing else reads becomes one `Kernel::RegionReduce` step, so the
+/// operand is folded block by block as it is computed and never stored. Only reductions
+/// whose outputs each fold one contiguous run (the reduced axes trailing, size-1 axes
+/// aside) are fused: the common case (losses, means, softmax sums), and the one whose
+/// order of additions the fused kernel reproduces exactly.
+pub fn fuse_reductions(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>) -> Result<()> {
+    let facts = Facts::of(s);
+    let n = s.steps.len();
+    let mut replace: Vec<Option<Step>> = vec![None; n];
+    let mut remove = vec![false; n];
+    for i in 0..n {
+        let step = &s.steps[i];
+        let Kernel::Op(Op::Reduce { op, axes, .. }) = &step.kernel else { continue };
+        let v = step.inputs[0];
+        if !matches!(s.values[v].dtype, DType::F32 | DType::F16 | DType::BF16) || !trailing(&s.values[v].dims, axes) {
+            continue;
+        }
+        let Some(p) = facts.producers[v] else { continue };
+        if remove[p] || replace[p].is_some() {
+            continue;
+        }
+        let (region, inputs) = match &s.steps[p].kernel {
+            Kernel::Region(r) => (r.clone(), s.steps[p].inputs.clone()),
+            _ if candidate(s, p) => build(s, &[p], &facts),
+            _ => continue,
+        };
+        if let Some(why) = facts.absorb_blocker(s, v, &[p, i]) {
+            log.push(format!("step {i} ({}): not fused: {why}", s.describe(step.outputs[0])));
+            continue;
+        }
+        log.push(format!(
+            "step {i} ({}): {} fused with its operand's {} ops",
+            s.describe(step.outputs[0]),
+            op.name(),
+            region.ops.len() - inputs.len()
+        ));
+        remove[p] = true;
+        replace[i] = Some(Step {
+            kernel: Kernel::RegionReduce { region, dims: s.values[v].dims.clone(), op: *op },
+            inputs,
+            outputs: step.outputs.clone(),
+            temps: Vec::new(),
+            nodes: s.steps[p].nodes.iter().chain(&step.nodes).copied().collect(),
+        });
+    }
+    rewrite(s, replace, &remove);
+    Ok(())
+}
+
+/// Whether reducing `axes` of `dims` folds contiguous runs: every reduced axis of extent
+/// above 1 comes after every kept one.
+fn trailing(dims: &[usize], axes: &[usize]) -> bool {
+    let live = (0..dims.len()).filter(|&a| dims[a] != 1);
+    let first_reduced = live.clone().find(|a| axes.contains(a)).unwrap_or(dims.len());
+    live.filter(|a| !axes.contains(a)).all(|a| a < first_reduced)
+}

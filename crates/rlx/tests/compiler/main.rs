@@ -2,6 +2,7 @@
 //! and agrees; fusion decisions are the intended ones; random graphs plan safely.
 
 mod planner;
+mod region_reduce;
 
 use rlx::compile::{Kernel, Target, compile};
 use rlx::prelude::*;

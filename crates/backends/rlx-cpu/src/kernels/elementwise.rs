@@ -249,25 +249,31 @@ fn unary_float<T: Float>(u: Unary, x: &[T], out: &mut [T]) -> Result<()> {
 
 /// The vmath slice kernels of `u` (transcendentals), or None for the plain-arithmetic
 /// functions and for `log`, which keeps libm's correctly rounded path: it feeds losses.
-fn vmath_kernels(u: Unary) -> Option<(vmath::SliceFn, vmath::InplaceFn)> {
+fn vmath_kernels(u: Unary) -> Option<(vmath::SliceFn, vmath::InplaceFn, vmath::SumFn)> {
+    use vmath::*;
     Some(match u {
-        Unary::Exp => (vmath::exp_slice, vmath::exp_inplace),
-        Unary::Tanh => (vmath::tanh_slice, vmath::tanh_inplace),
-        Unary::Sigmoid => (vmath::sigmoid_slice, vmath::sigmoid_inplace),
-        Unary::Softplus => (vmath::softplus_slice, vmath::softplus_inplace),
-        Unary::Sin => (vmath::sin_slice, vmath::sin_inplace),
-        Unary::Cos => (vmath::cos_slice, vmath::cos_inplace),
-        Unary::Tan => (vmath::tan_slice, vmath::tan_inplace),
-        Unary::Atan => (vmath::atan_slice, vmath::atan_inplace),
-        Unary::Erf => (vmath::erf_slice, vmath::erf_inplace),
-        Unary::Ln1p => (vmath::ln_1p_slice, vmath::ln_1p_inplace),
-        Unary::Gelu => (vmath::gelu_slice, vmath::gelu_inplace),
-        Unary::GeluTanh => (vmath::gelu_tanh_slice, vmath::gelu_tanh_inplace),
-        Unary::Silu => (vmath::silu_slice, vmath::silu_inplace),
-        Unary::Mish => (vmath::mish_slice, vmath::mish_inplace),
-        Unary::LogSigmoid => (vmath::log_sigmoid_slice, vmath::log_sigmoid_inplace),
+        Unary::Exp => (exp_slice, exp_inplace, exp_sum),
+        Unary::Tanh => (tanh_slice, tanh_inplace, tanh_sum),
+        Unary::Sigmoid => (sigmoid_slice, sigmoid_inplace, sigmoid_sum),
+        Unary::Softplus => (softplus_slice, softplus_inplace, softplus_sum),
+        Unary::Sin => (sin_slice, sin_inplace, sin_sum),
+        Unary::Cos => (cos_slice, cos_inplace, cos_sum),
+        Unary::Tan => (tan_slice, tan_inplace, tan_sum),
+        Unary::Atan => (atan_slice, atan_inplace, atan_sum),
+        Unary::Erf => (erf_slice, erf_inplace, erf_sum),
+        Unary::Ln1p => (ln_1p_slice, ln_1p_inplace, ln_1p_sum),
+        Unary::Gelu => (gelu_slice, gelu_inplace, gelu_sum),
+        Unary::GeluTanh => (gelu_tanh_slice, gelu_tanh_inplace, gelu_tanh_sum),
+        Unary::Silu => (silu_slice, silu_inplace, silu_sum),
+        Unary::Mish => (mish_slice, mish_inplace, mish_sum),
+        Unary::LogSigmoid => (log_sigmoid_slice, log_sigmoid_inplace, log_sigmoid_sum),
         Unary::Neg | Unary::Abs | Unary::Log | Unary::Sqrt | Unary::Rsqrt | Unary::Recip | Unary::Relu => return None,
     })
+}
+
+/// The leaf-sum kernel of `u` on f32 (see [`vmath::SumFn`]), where `u` is a vmath function.
+pub fn unary_sum_f32(u: Unary) -> Option<vmath::SumFn> {
+    vmath_kernels(u).map(|k| k.2)
 }
 
 /// `body` with `f` bound to the plain-arithmetic function of `u` on f32: relu, neg and
@@ -300,7 +306,7 @@ macro_rules! with_plain_f32 {
 /// `out = u(x)` on f32: the one definition the unfused kernel and fused kernels share.
 pub fn unary_f32_slice(arm: Arm, u: Unary, x: &[f32], out: &mut [f32]) {
     match vmath_kernels(u) {
-        Some((slice, _)) => slice(arm, x, out),
+        Some((slice, ..)) => slice(arm, x, out),
         None => with_plain_f32!(u, f => out.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v))),
     }
 }
@@ -308,7 +314,7 @@ pub fn unary_f32_slice(arm: Arm, u: Unary, x: &[f32], out: &mut [f32]) {
 /// `v = u(v)` on f32, in place, with the same functions as [`unary_f32_slice`].
 pub fn unary_f32_inplace(arm: Arm, u: Unary, v: &mut [f32]) {
     match vmath_kernels(u) {
-        Some((_, inplace)) => inplace(arm, v),
+        Some((_, inplace, _)) => inplace(arm, v),
         None => with_plain_f32!(u, f => v.iter_mut().for_each(|x| *x = f(*x))),
     }
 }

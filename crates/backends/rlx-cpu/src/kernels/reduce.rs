@@ -184,7 +184,7 @@ fn tree_depth(n: usize) -> usize {
 /// Where the block tree splits `n > SUM_BLOCK` elements: the first half of the blocks
 /// (rounded up) on the left.
 #[inline(always)]
-fn split(n: usize) -> usize {
+pub(crate) fn split(n: usize) -> usize {
     n.div_ceil(SUM_BLOCK).div_ceil(2) * SUM_BLOCK
 }
 

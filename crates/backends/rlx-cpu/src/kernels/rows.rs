@@ -27,7 +27,7 @@ pub(crate) fn fold_lanes<T: Float>(mut lanes: [T; LANES]) -> T {
 
 /// Sum of `f(x)` over a row, 16 lanes at a time.
 #[inline(always)]
-fn sum_map(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+pub(crate) fn sum_map(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = [0f32; LANES];
     let mut chunks = row.chunks_exact(LANES);
     for c in &mut chunks {

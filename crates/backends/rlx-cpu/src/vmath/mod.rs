@@ -501,10 +501,10 @@ pub fn log_sigmoid(x: f32) -> f32 {
     log_sigmoid_with::<Exact>(x)
 }
 
-/// Defines the multiversioned slice kernels `$slice(arm, x, out)` and
-/// `$inplace(arm, values)` for each scalar function.
+/// Defines the multiversioned slice kernels `$slice(arm, x, out)`,
+/// `$inplace(arm, values)` and `$sum(arm, x)` for each scalar function.
 macro_rules! slice_kernels {
-    ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident)),* $(,)?) => {
+    ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident, $sum:ident)),* $(,)?) => {
         $(
             crate::multiversion_ops! {
                 #[doc = concat!("`out[i] = ", $name, "(x[i])`.")]
@@ -522,11 +522,19 @@ macro_rules! slice_kernels {
                     }
                 }
             }
+            crate::multiversion_ops! {
+                #[doc = concat!("The sum of `", $name, "(x[i])` in the lane order of one leaf block of")]
+                /// the pairwise sum (`x.len() <= SUM_BLOCK`): the bits of `$slice` followed
+                /// by `reduce`'s sum, the values added as they are made, never stored.
+                pub fn $sum<O>(x: &[f32]) -> f32 {
+                    crate::kernels::rows::sum_map(x, $with::<O>)
+                }
+            }
         )*
 
         /// Every slice kernel, by name (benchmarks and tests iterate this), with its
-        /// portable scalar.
-        pub const SLICE_FUNCTIONS: &[(&str, SliceFn, fn(f32) -> f32)] = &[$(($name, $slice, $f)),*];
+        /// portable scalar and its leaf-sum kernel.
+        pub const SLICE_FUNCTIONS: &[(&str, SliceFn, fn(f32) -> f32, SumFn)] = &[$(($name, $slice, $f, $sum)),*];
     };
 }
 
@@ -536,22 +544,25 @@ pub type SliceFn = fn(crate::arch::Arm, &[f32], &mut [f32]);
 /// A multiversioned in-place kernel: `v[i] = f(v[i])` on the given arm.
 pub type InplaceFn = fn(crate::arch::Arm, &mut [f32]);
 
+/// A multiversioned leaf sum: the pairwise sum of `f(x[i])` over at most `SUM_BLOCK` values.
+pub type SumFn = fn(crate::arch::Arm, &[f32]) -> f32;
+
 slice_kernels![
-    ("exp", exp, exp_with, exp_slice, exp_inplace),
-    ("log", log, log_with, log_slice, log_inplace),
-    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace),
-    ("sin", sin, sin_with, sin_slice, sin_inplace),
-    ("cos", cos, cos_with, cos_slice, cos_inplace),
-    ("tan", tan, tan_with, tan_slice, tan_inplace),
-    ("atan", atan, atan_with, atan_slice, atan_inplace),
-    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace),
-    ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace),
-    ("erf", erf, erf_with, erf_slice, erf_inplace),
-    ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace),
-    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace),
-    ("gelu_tanh", gelu_tanh, gelu_tanh_with, gelu_tanh_slice, gelu_tanh_inplace),
-    ("silu", silu, silu_with, silu_slice, silu_inplace),
-    ("softplus", softplus, softplus_with, softplus_slice, softplus_inplace),
-    ("mish", mish, mish_with, mish_slice, mish_inplace),
-    ("log_sigmoid", log_sigmoid, log_sigmoid_with, log_sigmoid_slice, log_sigmoid_inplace),
+    ("exp", exp, exp_with, exp_slice, exp_inplace, exp_sum),
+    ("log", log, log_with, log_slice, log_inplace, log_sum),
+    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace, ln_1p_sum),
+    ("sin", sin, sin_with, sin_slice, sin_inplace, sin_sum),
+    ("cos", cos, cos_with, cos_slice, cos_inplace, cos_sum),
+    ("tan", tan, tan_with, tan_slice, tan_inplace, tan_sum),
+    ("atan", atan, atan_with, atan_slice, atan_inplace, atan_sum),
+    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace, tanh_sum),
+    ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace, sigmoid_sum),
+    ("erf", erf, erf_with, erf_slice, erf_inplace, erf_sum),
+    ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace, erfc_sum),
+    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace, gelu_sum),
+    ("gelu_tanh", gelu_tanh, gelu_tanh_with, gelu_tanh_slice, gelu_tanh_inplace, gelu_tanh_sum),
+    ("silu", silu, silu_with, silu_slice, silu_inplace, silu_sum),
+    ("softplus", softplus, softplus_with, softplus_slice, softplus_inplace, softplus_sum),
+    ("mish", mish, mish_with, mish_slice, mish_inplace, mish_sum),
+    ("log_sigmoid", log_sigmoid, log_sigmoid_with, log_sigmoid_slice, log_sigmoid_inplace, log_sigmoid_sum),
 ];
