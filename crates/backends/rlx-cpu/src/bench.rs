@@ -266,6 +266,62 @@ pub fn gemm_program_gflops(dtype: rlx_ir::DType, dim: usize, threads: usize) -> 
     failed.map_or(Ok(2.0 * (dim as f64).powi(3) / secs / 1e9), Err)
 }
 
+/// The MLP row's shape: x[32, 768] -> 3072 (GELU) -> 768, 302 MFLOP a forward pass; the
+/// same network as tools/bench/ort_mlp_bench.py.
+const MLP: (usize, usize, usize) = (32, 768, 3072);
+
+/// GFLOP/s of the MLP forward pass (two matmuls with bias, the first with GELU) compiled
+/// for `threads` workers.
+pub fn mlp_program_gflops(threads: usize) -> rlx_ir::Result<f64> {
+    use rlx_ir::{DType, Graph, HostTensor, Unary};
+    let (b, d, h) = MLP;
+    let mut g = Graph::new("mlp");
+    let x = g.input("x", DType::F32, &[b, d])?;
+    let w1 = g.param("w1", DType::F32, &[d, h])?;
+    let b1 = g.param("b1", DType::F32, &[h])?;
+    let w2 = g.param("w2", DType::F32, &[h, d])?;
+    let b2 = g.param("b2", DType::F32, &[d])?;
+    let mm = g.matmul(x, w1)?;
+    let pre = g.add(mm, b1)?;
+    let hidden = g.unary(Unary::Gelu, pre)?;
+    let mm = g.matmul(hidden, w2)?;
+    let y = g.add(mm, b2)?;
+    g.set_outputs(&[y])?;
+    let mut program = crate::CpuProgram::compile(&g, &rlx_compile::CompileOptions::default(), threads)?;
+    let values =
+        |n: usize, scale: f32| (0..n).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * scale).collect::<Vec<_>>();
+    for (index, dims, scale) in [(0, vec![d, h], 0.07), (1, vec![h], 0.1), (2, vec![h, d], 0.036), (3, vec![d], 0.1)] {
+        program.set_param(index, &HostTensor::from_f32(&dims, &values(dims.iter().product(), scale))?)?;
+    }
+    let input = HostTensor::from_f32(&[b, d], &values(b * d, 1.0))?;
+    let mut failed = None;
+    let secs = seconds_per_call(|| {
+        if let Err(e) = program.run(&[input.view()]) {
+            failed = Some(e);
+        }
+    });
+    failed.map_or(Ok(mlp_flops() / secs / 1e9), Err)
+}
+
+fn mlp_flops() -> f64 {
+    let (b, d, h) = MLP;
+    4.0 * (b * d * h) as f64
+}
+
+/// onnxruntime's GFLOP/s on the same MLP at 1 and 2 threads (tools/bench/ort_mlp_bench.py
+/// under [`anchor_python`]), or None without onnx + onnxruntime.
+fn onnxruntime_mlp_gflops() -> Option<[f64; 2]> {
+    let script = include_str!("../../../../tools/bench/ort_mlp_bench.py");
+    let out = std::process::Command::new(anchor_python()).args(["-c", script, "--threads", "1", "2"]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ms = |t: &str| -> Option<f64> {
+        let at = text.find(&format!("\"{t}\": "))? + t.len() + 4;
+        text[at..].split([',', '}']).next()?.trim().parse().ok()
+    };
+    out.status.success().then_some(())?;
+    Some([mlp_flops() / ms("1")? / 1e6, mlp_flops() / ms("2")? / 1e6])
+}
+
 /// The vmath functions the suite measures: (name, NumPy ufunc or "", our slice kernel,
 /// the libm scalar anchor).
 type VmathEntry = (&'static str, &'static str, fn(Arm, &[f32], &mut [f32]), fn(f32) -> f32);
@@ -434,6 +490,17 @@ pub fn kernel_suite() -> Vec<Row> {
                 anchors: vec![Anchor::new(&format!("rlx f32 {threads} thread(s)"), Some(f32_rate), goal)],
             });
         }
+    }
+
+    // A skinny GEMM pair: the MLP beside onnxruntime (goal: <= 0.9x its latency).
+    let ort = onnxruntime_mlp_gflops();
+    for (k, threads) in [1, 2].into_iter().enumerate() {
+        table.push(Row {
+            name: format!("MLP 768-3072-768 batch 32, {threads} thr"),
+            unit: "GFLOP/s",
+            ours: mlp_program_gflops(threads).unwrap_or(f64::NAN),
+            anchors: vec![Anchor::new(&format!("onnxruntime {threads} thread(s)"), ort.map(|r| r[k]), Some(1.0 / 0.9))],
+        });
     }
     table
 }

@@ -13,6 +13,7 @@
 
 use crate::arena::{Arena, BufPtr, read_host, write_host};
 use crate::buffer::Class;
+use crate::kernels::packed_gemm::Panels;
 use rlx_ir::shape::{fmt_type, numel};
 use rlx_ir::{DType, Error, HostTensor, Result};
 use std::ops::Range;
@@ -37,7 +38,13 @@ struct Inner {
     storage: Storage,
     /// Held while a program runs on (or the host writes) a shared owned buffer.
     lock: Mutex<()>,
+    /// The f32 weight packed for `packed_gemm`, per (dims, strides) it is read with;
+    /// dropped whenever the bytes change.
+    packed: Mutex<Vec<(PackKey, Arc<Panels>)>>,
 }
+
+/// How a product reads a weight: `[k, n]` with (row, column) element strides.
+type PackKey = ((usize, usize), (usize, usize));
 
 /// A param's storage, shareable between programs (cloning shares it).
 #[derive(Clone)]
@@ -74,6 +81,7 @@ impl ParamBuffer {
             bytes,
             storage: Storage::Owned { _memory: arena },
             lock: Mutex::new(()),
+            packed: Mutex::default(),
         })))
     }
 
@@ -110,6 +118,7 @@ impl ParamBuffer {
             bytes: want,
             storage: Storage::Borrowed { _bytes: bytes },
             lock: Mutex::new(()),
+            packed: Mutex::default(),
         })))
     }
 
@@ -196,7 +205,33 @@ impl ParamBuffer {
         // SAFETY: an owned buffer of `bytes` bytes; every writer holds its lock (taken
         // above).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.0.start.0, self.0.bytes) };
+        self.forget_packed();
         write_host(dst, self.0.class, t.view())
+    }
+
+    /// The f32 weight as `packed_gemm` reads it (`[k, n]` with element strides
+    /// `strides`), packed on the first call after the bytes last changed. The caller holds
+    /// the buffer's lock (or it is borrowed, never written).
+    pub(crate) fn f32_panels(&self, dims: (usize, usize), strides: (usize, usize)) -> Result<Arc<Panels>> {
+        let mut packed = self.0.packed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, panels)) = packed.iter().find(|(key, _)| *key == (dims, strides)) {
+            return Ok(panels.clone());
+        }
+        if self.0.class != Class::F32 {
+            return Err(Error::internal(format!("packing a {:?} buffer as f32", self.0.class)));
+        }
+        // SAFETY: `bytes` bytes of f32 words (checked above) from the 64-byte-aligned
+        // start, not written while the caller holds the lock.
+        let values = unsafe { std::slice::from_raw_parts(self.0.start.0.cast::<f32>(), self.0.bytes / 4) };
+        let panels = Arc::new(Panels::pack(values, dims, strides)?);
+        packed.push(((dims, strides), panels.clone()));
+        Ok(panels)
+    }
+
+    /// Drops the packed copies: the bytes changed (a host write, or a program that
+    /// writes the buffer in place ran).
+    pub(crate) fn forget_packed(&self) {
+        self.0.packed.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// The tensor the buffer holds.

@@ -365,15 +365,21 @@ impl CpuProgram {
                 guards.push(g);
             }
         }
+        refresh_packed(&mut self.thunks, &self.param_buffers, &self.param_written)?;
         let pool = self.pool.clone();
         let (thunks, bases) = (&self.thunks, &self.bases);
         let mut timeline = started.map(|_| Timeline::default());
         let entered = started.map(|_| Instant::now());
-        if self.inline {
-            crate::threads::inline(|| execute_all(thunks, bases, timeline.as_mut()))?;
+        let ran = if self.inline {
+            crate::threads::inline(|| execute_all(thunks, bases, timeline.as_mut()))
         } else {
-            pool.install(|| execute_all(thunks, bases, timeline.as_mut()))?;
+            pool.install(|| execute_all(thunks, bases, timeline.as_mut()))
+        };
+        // A param written in place (a cache) has new bytes: packed copies of it are stale.
+        for (buffer, _) in self.param_buffers.iter().zip(&self.param_written).filter(|(_, w)| **w) {
+            buffer.iter().for_each(ParamBuffer::forget_packed);
         }
+        ran?;
         let left = started.map(|_| Instant::now());
         let outputs = self
             .outputs
@@ -413,6 +419,31 @@ impl CpuProgram {
         let labels: Vec<&str> = self.thunks.iter().map(|t| t.label.as_str()).collect();
         crate::profile::record(&self.name, &labels, &timeline.nodes, &run);
     }
+}
+
+/// Points every product that reads a param weight through `packed_gemm` at the
+/// weight's current packing (made on first use after the bytes last changed, shared
+/// by every program holding the buffer). A param this program writes in place (a cache)
+/// is read where it lies: it changes during the run. Called with the params' locks held.
+fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], written: &[bool]) -> Result<()> {
+    for t in thunks {
+        let (plan, weights): (&mut matmul::MatMulPlan, &[usize]) = match &mut t.kernel {
+            Kernel::MatMul(p) | Kernel::MatMulBias { plan: p, .. } => (p, &[1]),
+            Kernel::SwiGluMatMul(p) => (p, &[1, 2]),
+            _ => continue,
+        };
+        let Some((dims, strides)) = plan.packable() else { continue };
+        for &b in weights {
+            let slot = t.ins[b];
+            if slot.base == 0 || slot.offset != 0 || slot.class != Class::F32 || written[slot.base - 1] {
+                continue;
+            }
+            if let Some(Some(buffer)) = param_buffers.get(slot.base - 1) {
+                plan.set_packed(b, buffer.f32_panels(dims, strides)?);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A profiled run's kernel calls, in order.

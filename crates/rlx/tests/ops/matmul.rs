@@ -212,3 +212,58 @@ fn half_matmul_keeps_subnormals_and_specials() {
         assert!(got[2 * n..].iter().all(|&v| v == 16.0), "plain rows");
     }
 }
+
+/// f32 weights a CPU product reads packed (prepared once, in `packed_gemm`'s layout, where
+/// the CPU has the kernel) follow every change: a new `set_param`, a rebinding, and a
+/// write through another program sharing the buffer; plain, transposed and batched.
+#[test]
+fn packed_param_weights_follow_every_change() {
+    let (m, k, n) = (5, 40, 70);
+    let mut rng = Rng::new(31);
+    let x = rand_input(&mut rng, DType::F32, &[2, m, k], -1.0, 1.0);
+    let weights: Vec<In> = (0..3).map(|_| rand_input(&mut rng, DType::F32, &[k, n], -1.0, 1.0)).collect();
+    let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    // y = x @ w, and the same product with the weight stored transposed: x @ wt^T.
+    let build = |transposed: bool| {
+        let mut g = Graph::new("packed");
+        let xi = g.input("x", DType::F32, &[2, m, k]).unwrap();
+        let w = if transposed {
+            let wt = g.param("w", DType::F32, &[n, k]).unwrap();
+            g.transpose(wt, &[1, 0]).unwrap()
+        } else {
+            g.param("w", DType::F32, &[k, n]).unwrap()
+        };
+        let y = g.matmul(xi, w).unwrap();
+        g.set_outputs(&[y]).unwrap();
+        Session::new(Device::Cpu).unwrap().compile(&g).unwrap()
+    };
+    let stored = |w: &In, transposed: bool| -> Vec<f32> {
+        if transposed { (0..n * k).map(|i| w.values[(i % k) * n + i / k] as f32).collect() } else { f32s(&w.values) }
+    };
+    let check = |c: &mut CompiledGraph, w: &In, what: &str| {
+        let y = c.run(&[("x", &f32s(&x.values))]).unwrap().remove(0);
+        let (want, mag) = reference(&x, w, &[2, m, n]);
+        for (i, (&got, (&want, &mag))) in y.iter().zip(want.iter().zip(&mag)).enumerate() {
+            let tol = (k as f64 + 2.0) * 6e-8 * mag;
+            assert!((got as f64 - want).abs() <= tol, "{what}[{i}]: {got} vs {want}");
+        }
+    };
+    for transposed in [false, true] {
+        let mut a = build(transposed);
+        let mut b = build(transposed);
+        for (i, w) in weights.iter().enumerate() {
+            a.set_param("w", &stored(w, transposed)).unwrap();
+            check(&mut a, w, &format!("set_param {i} (transposed {transposed})"));
+        }
+        // b shares a's buffer; a write through a is what b reads next.
+        b.bind_param("w", &a.param_buffer("w").unwrap().unwrap()).unwrap();
+        check(&mut b, &weights[2], "shared buffer");
+        a.set_param("w", &stored(&weights[0], transposed)).unwrap();
+        check(&mut b, &weights[0], "shared buffer after a write through the other program");
+        // Rebinding to another buffer.
+        let mut c = build(transposed);
+        c.set_param("w", &stored(&weights[1], transposed)).unwrap();
+        b.bind_param("w", &c.param_buffer("w").unwrap().unwrap()).unwrap();
+        check(&mut b, &weights[1], "rebound");
+    }
+}

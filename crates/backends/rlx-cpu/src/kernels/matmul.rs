@@ -14,12 +14,14 @@
 //! result is bit-identical for every thread count.
 
 use super::half_gemm::{self, Operand, Product};
+use super::packed_gemm::{self, Panels};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Num};
 use crate::threads::MIN_PARALLEL_ELEMS;
 use rayon::prelude::*;
 use rlx_ir::shape::{broadcast_strides, numel};
 use rlx_ir::{DType, Error, Result};
+use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 pub struct MatMulPlan {
@@ -34,6 +36,9 @@ pub struct MatMulPlan {
     threads: usize,
     /// The operands' dtype when it is f16 or bf16 (the half GEMM's arms).
     half: Option<DType>,
+    /// Per `b` operand (its index among the step's inputs), the param weight packed for
+    /// `packed_gemm`; set by the program before each run (see [`MatMulPlan::packable`]).
+    packed: Vec<(usize, Arc<Panels>)>,
 }
 
 /// Multiply-adds below which a product runs on one thread (~64^3: the split's
@@ -72,13 +77,36 @@ impl MatMulPlan {
         }
         let a_strides = if ta { (1, m) } else { (k, 1) };
         let b_strides = if tb { (1, k) } else { (n, 1) };
-        MatMulPlan { m, k, n, batches, a_strides, b_strides, threads, half: None }
+        MatMulPlan { m, k, n, batches, a_strides, b_strides, threads, half: None, packed: Vec::new() }
     }
 
     /// The plan for operands of `dtype` (f16/bf16 take the half GEMM).
     pub fn with_dtype(mut self, dtype: DType) -> MatMulPlan {
         self.half = dtype.is_half().then_some(dtype);
         self
+    }
+
+    /// How a param `b` operand would be packed for `packed_gemm` (`[k, n]` and its
+    /// strides), when this product can take that path: f32, one `b` for every batch
+    /// entry, at most `packed_gemm::MAX_ROWS` rows in all, on a CPU with the kernel.
+    pub fn packable(&self) -> Option<((usize, usize), (usize, usize))> {
+        let shared_b = self.batches.iter().all(|&(_, ob)| ob == 0);
+        let rows = self.m.saturating_mul(self.batches.len());
+        (self.half.is_none() && shared_b && rows <= packed_gemm::MAX_ROWS && packed_gemm::available())
+            .then_some(((self.k, self.n), self.b_strides))
+    }
+
+    /// Reads operand `b` from `panels` from now on (the program calls this before each run
+    /// with the param's current packing).
+    pub fn set_packed(&mut self, b: usize, panels: Arc<Panels>) {
+        match self.packed.iter_mut().find(|(operand, _)| *operand == b) {
+            Some(entry) => entry.1 = panels,
+            None => self.packed.push((b, panels)),
+        }
+    }
+
+    fn packed_operand(&self, b: usize) -> Option<&Panels> {
+        self.packed.iter().find(|(operand, _)| *operand == b).map(|(_, p)| &**p)
     }
 
     /// (m, k, n) and the number of products.
@@ -88,7 +116,7 @@ impl MatMulPlan {
 }
 
 pub fn matmul(plan: &MatMulPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
-    if plan.half.is_some() {
+    if plan.half.is_some() || !plan.packed.is_empty() {
         return product_into(plan, ins, (0, 1), out_mut(out)?);
     }
     match class {
@@ -125,7 +153,18 @@ pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: 
                 half_gemm::gemm(dtype, Product { dims: (m, k, n), a: a.from(oa), sa, b: b.from(ob), sb }, c, n, threads)
             })
         }
-        None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),
+        None => match plan.packed_operand(b) {
+            Some(panels) => {
+                let a: &[f32] = ins.get(a)?;
+                if panels.dims() != (k, n) {
+                    return Err(Error::internal("packed weight of another shape"));
+                }
+                for_each_product(plan, (a.len(), k * n), out, |oa, _, c, threads| {
+                    packed_gemm::gemm(m, &a[oa..], sa, panels, c, n, threads)
+                })
+            }
+            None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),
+        },
     }
 }
 

@@ -13,6 +13,7 @@ pub mod layout;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
+pub mod packed_gemm;
 pub mod quant_matmul;
 pub mod reduce;
 pub mod region;

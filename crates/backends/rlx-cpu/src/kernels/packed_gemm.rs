@@ -1,0 +1,208 @@
+//! f32 matmuls against a weight packed once: `a [m, k] @ b [k, n]` where `b` is a param,
+//! its columns laid out as the micro-kernel reads them when the param is set (and again
+//! only when it changes), instead of by the `gemm` crate on every call.
+//!
+//! Why: the skinny products of an MLP, an encoder or a prefill chunk (m = 1..256 rows
+//! against a large weight) spent as long packing the weight as multiplying: the MLP
+//! 768-3072-768 at batch 32 ran at 63 GFLOP/s through the `gemm` crate and 1024^3 at 100
+//! (AMD EPYC, one thread). onnxruntime packs its weights at session start the same way.
+//!
+//! Layout: `Panels` holds the weight in column panels of `NR` (two AVX-512 vectors),
+//! each panel its `k` rows one after another (`NR` floats a row, zeros past `n`). A call
+//! packs the rows of `a` in blocks of `MR`, `k` columns of `MR` floats, so the kernel
+//! reads both operands in address order. Each output element is one FMA chain over
+//! `p = 0..k` in order, whatever `m`, the row block it falls in, or the thread that
+//! computes its panel: results are bit-identical for every batch size and thread count.
+
+use crate::arena::Arena;
+use crate::features::Arm;
+use rayon::prelude::*;
+use rlx_ir::{Error, Result};
+
+/// Columns per panel: two 16-float vectors.
+pub const NR: usize = 32;
+/// Rows per register tile (8 x 2 accumulators: 16 of the 32 vector registers; 12 and 16
+/// rows measured 15-40% slower on the MLP's second product, AMD EPYC).
+const MR: usize = 8;
+/// Most rows (all batches together) a product may have to take this path; above it the
+/// `gemm` crate's own blocking keeps large operands in cache.
+pub const MAX_ROWS: usize = 256;
+
+/// A `[k, n]` f32 weight in column panels of [`NR`], 64-byte aligned.
+pub struct Panels {
+    k: usize,
+    n: usize,
+    /// The arena's start (the arena owns the bytes and never moves them).
+    start: *const f32,
+    _data: Arena,
+}
+
+// SAFETY: the panels are written once, in `pack`, and only read after.
+unsafe impl Send for Panels {}
+unsafe impl Sync for Panels {}
+
+impl std::fmt::Debug for Panels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Panels({} x {} in {}-column panels)", self.k, self.n, NR)
+    }
+}
+
+impl Panels {
+    /// Packs `b [k, n]` read with (row, column) element strides `(rs, cs)`.
+    pub fn pack(b: &[f32], (k, n): (usize, usize), (rs, cs): (usize, usize)) -> Result<Panels> {
+        if k > 0 && n > 0 && (k - 1) * rs + (n - 1) * cs >= b.len() {
+            return Err(Error::internal(format!("packing a [{k}, {n}] weight from {} values", b.len())));
+        }
+        let floats = n.div_ceil(NR) * k * NR;
+        let mut data = Arena::new(floats * 4)?;
+        let base = data.base().0.cast::<f32>();
+        // SAFETY: the arena holds `floats` zeroed, 64-byte aligned f32 slots, owned here.
+        let out = unsafe { std::slice::from_raw_parts_mut(base, floats) };
+        for (j, panel) in out.chunks_exact_mut(k.max(1) * NR).enumerate() {
+            let width = NR.min(n - j * NR);
+            for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
+                for (c, v) in row[..width].iter_mut().enumerate() {
+                    *v = b[p * rs + (j * NR + c) * cs];
+                }
+            }
+        }
+        Ok(Panels { k, n, start: base, _data: data })
+    }
+
+    pub fn dims(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    fn floats(&self) -> &[f32] {
+        let len = self.n.div_ceil(NR) * self.k * NR;
+        // SAFETY: `pack` wrote `len` f32 values at the arena's 64-byte-aligned start; the
+        // arena is never written after.
+        unsafe { std::slice::from_raw_parts(self.start, len) }
+    }
+}
+
+/// Whether packed products run on this CPU (the AVX-512 kernel; elsewhere the `gemm`
+/// crate's path stays).
+pub fn available() -> bool {
+    Arm::best() == Arm::Avx512
+}
+
+/// `c = a @ panels` for `a [m, k]` read with element strides `sa`, into `c [m, n]` with
+/// rows `c_row` apart, on up to `threads` workers (whole panels each).
+pub fn gemm(m: usize, a: &[f32], sa: (usize, usize), panels: &Panels, c: &mut [f32], c_row: usize, threads: usize) {
+    let (k, n) = (panels.k, panels.n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.chunks_mut(c_row).take(m).for_each(|row| row[..n].fill(0.0));
+        return;
+    }
+    let blocks = m.div_ceil(MR);
+    crate::threads::with_scratch::<f32, _>(blocks * k * MR, |packed_a| {
+        // Rows in blocks of MR, each block k columns of MR floats (zeros past m).
+        for (r, block) in packed_a.chunks_exact_mut(k * MR).enumerate() {
+            block.fill(0.0);
+            for i in 0..MR.min(m - r * MR) {
+                let row = &a[(r * MR + i) * sa.0..];
+                for p in 0..k {
+                    block[p * MR + i] = row[p * sa.1];
+                }
+            }
+        }
+        let packed_a = &*packed_a;
+        let columns = n.div_ceil(NR);
+        let out = Out(c.as_mut_ptr());
+        let run = |j: usize| {
+            let width = NR.min(n - j * NR);
+            let panel = &panels.floats()[j * k * NR..(j + 1) * k * NR];
+            for r in 0..blocks {
+                let rows = MR.min(m - r * MR);
+                // SAFETY: rows r*MR.. of c, columns j*NR.. (width of them), lie inside `c`
+                // (m rows of c_row >= n); panel j's columns are written by this call only.
+                unsafe { tile(rows, k, &packed_a[r * k * MR..], panel, out.at(r * MR * c_row + j * NR), c_row, width) }
+            }
+        };
+        if threads > 1 && columns > 1 {
+            (0..columns).into_par_iter().with_min_len(columns.div_ceil(threads)).for_each(run);
+        } else {
+            (0..columns).for_each(run);
+        }
+    })
+}
+
+/// The output pointer, shared by workers that write disjoint panels of it.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: each worker writes only the columns of its own panels.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    /// # Safety
+    /// `offset` is inside the output.
+    unsafe fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: the caller's.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// One register tile: `rows` (<= MR) rows of `c` times one panel.
+///
+/// # Safety
+/// `available()`; `a` holds `k * MR` floats, `panel` `k * NR`; `c` addresses `rows` rows
+/// of `width` (<= NR) writable floats, `c_row` apart.
+unsafe fn tile(rows: usize, k: usize, a: &[f32], panel: &[f32], c: *mut f32, c_row: usize, width: usize) {
+    debug_assert!(a.len() >= k * MR && panel.len() >= k * NR);
+    macro_rules! rows {
+        ($($r:literal)*) => {
+            match rows {
+                // SAFETY: the caller's contract, and `available()` checked AVX-512.
+                $($r => unsafe { tile_avx512::<$r>(k, a.as_ptr(), panel.as_ptr(), c, c_row, width) },)*
+                _ => unreachable!("a tile has 1 to {MR} rows"),
+            }
+        };
+    }
+    rows!(1 2 3 4 5 6 7 8)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn tile_avx512<const R: usize>(
+    k: usize,
+    a: *const f32,
+    panel: *const f32,
+    c: *mut f32,
+    c_row: usize,
+    width: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut lo = [_mm512_setzero_ps(); R];
+    let mut hi = [_mm512_setzero_ps(); R];
+    for p in 0..k {
+        // SAFETY: p < k: inside the panel (k * NR floats) and the row block (k * MR).
+        unsafe {
+            let b0 = _mm512_loadu_ps(panel.add(p * NR));
+            let b1 = _mm512_loadu_ps(panel.add(p * NR + 16));
+            for i in 0..R {
+                let ai = _mm512_set1_ps(*a.add(p * MR + i));
+                lo[i] = _mm512_fmadd_ps(ai, b0, lo[i]);
+                hi[i] = _mm512_fmadd_ps(ai, b1, hi[i]);
+            }
+        }
+    }
+    let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as u16 };
+    let (m0, m1) = (mask(width), mask(width.saturating_sub(16)));
+    for i in 0..R {
+        // SAFETY: row i < rows of c, its first `width` floats (masked stores).
+        unsafe {
+            _mm512_mask_storeu_ps(c.add(i * c_row), m0, lo[i]);
+            _mm512_mask_storeu_ps(c.add(i * c_row + 16), m1, hi[i]);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile_avx512<const R: usize>(_: usize, _: *const f32, _: *const f32, _: *mut f32, _: usize, _: usize) {
+    unreachable!("packed products run only where available() (x86-64 AVX-512)")
+}
