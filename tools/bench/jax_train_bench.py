@@ -5,7 +5,9 @@ update) of the same two networks RLX times, in float32 on the CPU. Prints one JS
 Networks (must match crates/rlx-cli/src/bench.rs):
 - digits MLP: 64 -> 512 (ReLU) -> 10, softmax cross-entropy, batch 64;
 - character transformer: vocab 64, sequence 64, width 128, 4 heads, 2 pre-norm blocks
-  (causal attention, GELU MLP of width 512), batch 16.
+  (causal attention, GELU MLP of width 512), batch 16;
+- digits CNN: 1x8x8 -> conv 3x3 32 (pad 1) -> ReLU -> max pool 2 -> conv 3x3 64 (pad 1)
+  -> ReLU -> max pool 2 -> dense 256 -> 10, NCHW, batch 64.
 Each step time is the median of timed runs after compilation and warm-up.
 """
 import argparse
@@ -86,6 +88,27 @@ def tf_loss(p, x, y):
     return ce(t @ p["head"]["w"] + p["head"]["b"], y)
 
 
+def conv(k, o, c):
+    return {"w": jax.random.uniform(k, (o, c, 3, 3), minval=-1, maxval=1) * (6 / (9 * c)) ** 0.5,
+            "b": jnp.zeros(o)}
+
+
+def cnn_params(k):
+    k1, k2, k3 = jax.random.split(k, 3)
+    return {"conv1": conv(k1, 32, 1), "conv2": conv(k2, 64, 32), "fc": dense(k3, 256, 10)}
+
+
+def cnn_loss(p, x, y):
+    h = x
+    for name in ("conv1", "conv2"):
+        h = jax.lax.conv_general_dilated(h, p[name]["w"], (1, 1), ((1, 1), (1, 1)),
+                                         dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        h = jax.nn.relu(h + p[name]["b"][None, :, None, None])
+        h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    h = h.reshape(h.shape[0], -1)
+    return ce(h @ p["fc"]["w"] + p["fc"]["b"], y)
+
+
 def time_step(loss_fn, params, x, y):
     opt = optax.adamw(1e-3, weight_decay=0.05)
     state = opt.init(params)
@@ -115,5 +138,6 @@ mlp_s = time_step(mlp_loss, mlp_params(k3), x, y)
 tx = jax.random.randint(k1, (16, S), 0, V)
 ty = jax.random.randint(k2, (16, S), 0, V)
 tf_s = time_step(tf_loss, tf_params(k3), tx, ty)
+cnn_s = time_step(cnn_loss, cnn_params(k3), jax.random.uniform(k1, (64, 1, 8, 8)), y)
 print(json.dumps({"engine": f"jax {jax.__version__} (jit, XLA CPU)", "threads": args.threads,
-                  "mlp_step_seconds": mlp_s, "transformer_step_seconds": tf_s}))
+                  "mlp_step_seconds": mlp_s, "transformer_step_seconds": tf_s, "cnn_step_seconds": cnn_s}))

@@ -151,12 +151,13 @@ fn median_seconds(warm: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -
 /// bf16 / f16 GEMM rates, all measured in the same run.
 fn train() -> Result<()> {
     use rlx::optim::{Rule, Schedule};
-    use rlx::train::{Network, Trainer, TransformerConfig, char_transformer, mlp};
+    use rlx::train::{Network, Trainer, TransformerConfig, char_transformer, cnn, mlp};
     let threads = rlx::runtime::cpu::default_threads();
     println!("rlx bench train: one training step (forward, backward, AdamW), {threads} threads, median");
     let mut rng = rlx::train::Rng::new(5);
     let mut uniform = |n: usize| (0..n).map(|_| rng.uniform() as f32).collect::<Vec<f32>>();
     let digits_x = HostTensor::from_f32(&[64, 64], &uniform(64 * 64))?;
+    let images = HostTensor::from_f32(&[64, 1, 8, 8], &uniform(64 * 64))?;
     let digits_y = HostTensor::from_i64(&[64], &(0..64).map(|i| i % 10).collect::<Vec<i64>>())?;
     let ids: Vec<i64> = (0..16 * 64).map(|i| (i * 37 % 64) as i64).collect();
     let chars = HostTensor::from_i64(&[16, 64], &ids)?;
@@ -174,7 +175,8 @@ fn train() -> Result<()> {
     for policy in [PrecisionPolicy::F32, PrecisionPolicy::AutoMixedBf16] {
         let m = measure(mlp(512), 64, policy, (&digits_x, &digits_y), 200)?;
         let t = measure(char_transformer(cfg), 16, policy, (&chars, &chars), 20)?;
-        rows.push((policy, m, t));
+        let c = measure(cnn(32, 64), 64, policy, (&images, &digits_y), 50)?;
+        rows.push((policy, [m, t, c]));
     }
     let jax = jax_train(threads);
     println!();
@@ -185,13 +187,14 @@ fn train() -> Result<()> {
     for (k, (name, key)) in [
         ("digits MLP 64-512-10, batch 64", "mlp_step_seconds"),
         ("char transformer 2x128, batch 16x64", "transformer_step_seconds"),
+        ("digits CNN 32-64 3x3, batch 64", "cnn_step_seconds"),
     ]
     .into_iter()
     .enumerate()
     {
         let theirs = jax.as_ref().ok().and_then(|j| j[key].as_f64());
-        for (policy, m, t) in &rows {
-            let (ours, bytes) = if k == 0 { *m } else { *t };
+        for (policy, steps) in &rows {
+            let (ours, bytes) = steps[k];
             let (t, ratio) = match theirs {
                 Some(j) => (format!("{:.3} ms", j * 1e3), format!("{:.2}x", j / ours)),
                 None => ("-".into(), "-".into()),

@@ -461,6 +461,11 @@ fn work(t: &Thunk, ins: &Args) -> (f64, f64) {
     match &t.kernel {
         Kernel::MatMul(p) | Kernel::MatMulBias { plan: p, .. } | Kernel::SwiGluMatMul(p) => (p.flops(), touched),
         Kernel::DequantMatMul(p) => (2.0 * (p.m * p.k * p.n) as f64, touched),
+        Kernel::Conv2d { geometry: g, groups }
+        | Kernel::Conv2dGradInput { geometry: g, groups }
+        | Kernel::Conv2dGradWeight { geometry: g, groups } => {
+            (2.0 * (g.n * g.o * g.oh * g.ow * (g.c / groups.max(&1)) * g.kh * g.kw) as f64, touched)
+        }
         Kernel::Attention(p) => {
             let len = if p.causal_len { ins.index(3, 0).map_or(p.skv, |l| l as usize) } else { p.skv };
             let cache_elem = ins.slot(1).map_or(4, |s| s.class.size_bytes()) as f64;

@@ -59,6 +59,7 @@ pub fn round_oracle(x: f64, dtype: DType) -> f64 {
 }
 
 /// One input of a one-op graph.
+#[derive(Clone)]
 pub struct In {
     pub dtype: DType,
     pub dims: Vec<usize>,
