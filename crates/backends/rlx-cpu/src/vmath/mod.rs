@@ -502,17 +502,30 @@ pub fn log_sigmoid(x: f32) -> f32 {
 }
 
 /// Defines the multiversioned slice kernels `$slice(arm, x, out)`,
-/// `$inplace(arm, values)` and `$sum(arm, x)` for each scalar function.
+/// `$inplace(arm, values)` and `$sum(arm, x)` for each scalar function. `$fast`, when
+/// given, replaces the slice kernel on the AVX-512 arm (same bits, hand-scheduled).
 macro_rules! slice_kernels {
-    ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident, $sum:ident)),* $(,)?) => {
+    ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident, $sum:ident, $fast:expr)),* $(,)?) => {
         $(
-            crate::multiversion_ops! {
-                #[doc = concat!("`out[i] = ", $name, "(x[i])`.")]
-                pub fn $slice<O>(x: &[f32], out: &mut [f32]) {
-                    for (o, &v) in out.iter_mut().zip(x) {
-                        *o = $with::<O>(v);
+            #[doc(hidden)]
+            pub mod $slice {
+                crate::multiversion_ops! {
+                    /// The multiversioned loop over the scalar function.
+                    pub fn generic<O>(x: &[f32], out: &mut [f32]) {
+                        for (o, &v) in out.iter_mut().zip(x) {
+                            *o = super::$with::<O>(v);
+                        }
                     }
                 }
+            }
+            #[doc = concat!("`out[i] = ", $name, "(x[i])`.")]
+            pub fn $slice(arm: crate::arch::Arm, x: &[f32], out: &mut [f32]) {
+                let fast: Option<FastSlice> = $fast;
+                if let (crate::arch::Arm::Avx512, Some(fast)) = (arm.min(crate::arch::Arm::best()), fast) {
+                    // SAFETY: `Arm::best()` is AVX-512: the CPU has what the kernel enables.
+                    return unsafe { fast(x, out) };
+                }
+                $slice::generic(arm, x, out)
             }
             crate::multiversion_ops! {
                 #[doc = concat!("`v[i] = ", $name, "(v[i])`.")]
@@ -538,6 +551,18 @@ macro_rules! slice_kernels {
     };
 }
 
+/// A slice kernel for one arm only (unsafe: the caller checked the CPU has it).
+type FastSlice = unsafe fn(&[f32], &mut [f32]);
+
+#[cfg(target_arch = "x86_64")]
+mod log_avx512;
+
+/// ln's and ln_1p's AVX-512 slice kernels (`log_avx512`), where the target has them.
+#[cfg(target_arch = "x86_64")]
+const LOG_AVX512: [Option<FastSlice>; 2] = [Some(log_avx512::log_slice_avx512), Some(log_avx512::ln_1p_slice_avx512)];
+#[cfg(not(target_arch = "x86_64"))]
+const LOG_AVX512: [Option<FastSlice>; 2] = [None, None];
+
 /// A multiversioned slice kernel: `out[i] = f(x[i])` on the given arm.
 pub type SliceFn = fn(crate::arch::Arm, &[f32], &mut [f32]);
 
@@ -548,21 +573,21 @@ pub type InplaceFn = fn(crate::arch::Arm, &mut [f32]);
 pub type SumFn = fn(crate::arch::Arm, &[f32]) -> f32;
 
 slice_kernels![
-    ("exp", exp, exp_with, exp_slice, exp_inplace, exp_sum),
-    ("log", log, log_with, log_slice, log_inplace, log_sum),
-    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace, ln_1p_sum),
-    ("sin", sin, sin_with, sin_slice, sin_inplace, sin_sum),
-    ("cos", cos, cos_with, cos_slice, cos_inplace, cos_sum),
-    ("tan", tan, tan_with, tan_slice, tan_inplace, tan_sum),
-    ("atan", atan, atan_with, atan_slice, atan_inplace, atan_sum),
-    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace, tanh_sum),
-    ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace, sigmoid_sum),
-    ("erf", erf, erf_with, erf_slice, erf_inplace, erf_sum),
-    ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace, erfc_sum),
-    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace, gelu_sum),
-    ("gelu_tanh", gelu_tanh, gelu_tanh_with, gelu_tanh_slice, gelu_tanh_inplace, gelu_tanh_sum),
-    ("silu", silu, silu_with, silu_slice, silu_inplace, silu_sum),
-    ("softplus", softplus, softplus_with, softplus_slice, softplus_inplace, softplus_sum),
-    ("mish", mish, mish_with, mish_slice, mish_inplace, mish_sum),
-    ("log_sigmoid", log_sigmoid, log_sigmoid_with, log_sigmoid_slice, log_sigmoid_inplace, log_sigmoid_sum),
+    ("exp", exp, exp_with, exp_slice, exp_inplace, exp_sum, None),
+    ("log", log, log_with, log_slice, log_inplace, log_sum, LOG_AVX512[0]),
+    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace, ln_1p_sum, LOG_AVX512[1]),
+    ("sin", sin, sin_with, sin_slice, sin_inplace, sin_sum, None),
+    ("cos", cos, cos_with, cos_slice, cos_inplace, cos_sum, None),
+    ("tan", tan, tan_with, tan_slice, tan_inplace, tan_sum, None),
+    ("atan", atan, atan_with, atan_slice, atan_inplace, atan_sum, None),
+    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace, tanh_sum, None),
+    ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace, sigmoid_sum, None),
+    ("erf", erf, erf_with, erf_slice, erf_inplace, erf_sum, None),
+    ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace, erfc_sum, None),
+    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace, gelu_sum, None),
+    ("gelu_tanh", gelu_tanh, gelu_tanh_with, gelu_tanh_slice, gelu_tanh_inplace, gelu_tanh_sum, None),
+    ("silu", silu, silu_with, silu_slice, silu_inplace, silu_sum, None),
+    ("softplus", softplus, softplus_with, softplus_slice, softplus_inplace, softplus_sum, None),
+    ("mish", mish, mish_with, mish_slice, mish_inplace, mish_sum, None),
+    ("log_sigmoid", log_sigmoid, log_sigmoid_with, log_sigmoid_slice, log_sigmoid_inplace, log_sigmoid_sum, None),
 ];

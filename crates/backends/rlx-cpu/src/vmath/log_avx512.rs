@@ -1,0 +1,111 @@
+//! ln and ln_1p on AVX-512: the exponent and the mantissa of the input come from
+//! `vgetexpps` / `vgetmantps` (one instruction each, subnormals included) instead of the
+//! portable code's integer bit arithmetic and its subnormal pre-scaling. Everything after
+//! is `log_core`'s arithmetic, operation for operation, with the same FMAs as the other
+//! fused arms: the results are bit for bit the AVX2 arm's (tests/vmath.rs checks it).
+
+use super::{LN2_HI, LN2_LO, LOG_P};
+use std::arch::x86_64::*;
+
+/// The mantissa above which `log_core` halves it (and adds one to the exponent): the
+/// portable code's `bits(x) + 0x004afb0d` carries into the exponent exactly there.
+const SQRT2_BITS: u32 = 0x3fb504f3;
+
+/// `log_core(m, e)`: ln(m * 2^e) + corr for m in [sqrt(1/2), sqrt(2)), e as f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn core_avx512(m: __m512, ef: __m512, corr: __m512) -> __m512 {
+    let one = _mm512_set1_ps(1.0);
+    let f = _mm512_sub_ps(m, one);
+    let s = _mm512_div_ps(f, _mm512_add_ps(_mm512_set1_ps(2.0), f));
+    let z = _mm512_mul_ps(s, s);
+    let p = _mm512_fmadd_ps(_mm512_set1_ps(LOG_P[2]), z, _mm512_set1_ps(LOG_P[1]));
+    let p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(LOG_P[0]));
+    let r = _mm512_mul_ps(z, p);
+    let hfsq = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5), f), f);
+    let tail = _mm512_add_ps(_mm512_mul_ps(ef, _mm512_set1_ps(LN2_LO)), corr);
+    let inner = _mm512_sub_ps(f, _mm512_sub_ps(hfsq, _mm512_add_ps(_mm512_mul_ps(s, _mm512_add_ps(hfsq, r)), tail)));
+    _mm512_add_ps(_mm512_mul_ps(ef, _mm512_set1_ps(LN2_HI)), inner)
+}
+
+/// The mantissa of positive `x` in [sqrt(1/2), sqrt(2)) and its exponent, as `log_core`
+/// splits it.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn split_avx512(x: __m512) -> (__m512, __m512) {
+    let m = _mm512_getmant_ps::<_MM_MANT_NORM_1_2, _MM_MANT_SIGN_ZERO>(x);
+    let e = _mm512_getexp_ps(x);
+    let big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(m, _mm512_set1_ps(f32::from_bits(SQRT2_BITS)));
+    (_mm512_mask_mul_ps(m, big, m, _mm512_set1_ps(0.5)), _mm512_mask_add_ps(e, big, e, _mm512_set1_ps(1.0)))
+}
+
+/// `sel(mask, a, b)` per lane.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn sel_avx512(mask: __mmask16, a: __m512, b: __m512) -> __m512 {
+    _mm512_mask_blend_ps(mask, b, a)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn log_avx512(x: __m512) -> __m512 {
+    let (m, ef) = split_avx512(x);
+    let r = core_avx512(m, ef, _mm512_setzero_ps());
+    let r = sel_avx512(
+        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_set1_ps(f32::INFINITY)),
+        _mm512_set1_ps(f32::INFINITY),
+        r,
+    );
+    let r = sel_avx512(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_setzero_ps()), _mm512_set1_ps(f32::NEG_INFINITY), r);
+    // !(x >= 0): negative or NaN.
+    sel_avx512(_mm512_cmp_ps_mask::<_CMP_NGE_UQ>(x, _mm512_setzero_ps()), _mm512_set1_ps(f32::NAN), r)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn ln_1p_avx512(x: __m512) -> __m512 {
+    let one = _mm512_set1_ps(1.0);
+    let u = _mm512_add_ps(one, x);
+    // err = x > 1 ? 1 - (u - x) : x - (u - 1)
+    let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, one);
+    let err = sel_avx512(big, _mm512_sub_ps(one, _mm512_sub_ps(u, x)), _mm512_sub_ps(x, _mm512_sub_ps(u, one)));
+    let corr = _mm512_div_ps(err, u);
+    let (m, ef) = split_avx512(u);
+    let r = core_avx512(m, ef, corr);
+    let r = sel_avx512(
+        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_set1_ps(f32::INFINITY)),
+        _mm512_set1_ps(f32::INFINITY),
+        r,
+    );
+    let r = sel_avx512(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_set1_ps(-1.0)), _mm512_set1_ps(f32::NEG_INFINITY), r);
+    let r = sel_avx512(_mm512_cmp_ps_mask::<_CMP_NGE_UQ>(x, _mm512_set1_ps(-1.0)), _mm512_set1_ps(f32::NAN), r);
+    sel_avx512(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_setzero_ps()), x, r)
+}
+
+/// `out[i] = f(x[i])`, 16 lanes at a time, the tail through masked loads and stores.
+macro_rules! slice_avx512 {
+    ($name:ident, $f:ident) => {
+        /// # Safety
+        /// AVX-512 F/BW/VL/DQ, AVX2 and FMA are available.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+        pub(super) unsafe fn $name(x: &[f32], out: &mut [f32]) {
+            let n = x.len().min(out.len());
+            let mut i = 0;
+            while i + 16 <= n {
+                // SAFETY: i + 16 <= n: inside both slices.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i), $f(_mm512_loadu_ps(x.as_ptr().add(i)))) };
+                i += 16;
+            }
+            if i < n {
+                let mask: __mmask16 = ((1u32 << (n - i)) - 1) as u16;
+                // SAFETY: the masked lanes [i, n) lie inside both slices.
+                unsafe {
+                    let v = _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i));
+                    _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), mask, $f(v));
+                }
+            }
+        }
+    };
+}
+slice_avx512!(log_slice_avx512, log_avx512);
+slice_avx512!(ln_1p_slice_avx512, ln_1p_avx512);
