@@ -139,17 +139,7 @@ fn gemm_matches_f64_and_openblas() {
         let b = data(k * n, 12, -1.0, 1.0);
         let mut c = vec![f32::NAN; m * n];
         f32::gemm_rows(m, k, n, &a, &b, &mut c, 1);
-        let mut want = vec![0f64; m * n];
-        let mut mag = vec![0f64; m * n];
-        for i in 0..m {
-            for p in 0..k {
-                for j in 0..n {
-                    let t = a[i * k + p] as f64 * b[p * n + j] as f64;
-                    want[i * n + j] += t;
-                    mag[i * n + j] += t.abs();
-                }
-            }
-        }
+        let (want, mag) = gemm_reference(&a, &b, (m, k, n));
         assert_close("gemm vs f64", &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
         // The same product read through transposed storage: a^T stored [k, m], b^T [n, k].
         let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
@@ -186,16 +176,7 @@ fn packed_gemm_matches_f64_at_every_tail() {
             let transposed = Panels::pack(&bt, (k, n), (1, k)).unwrap();
             for m in [1, 3, 7, 8, 9, 17, 33] {
                 let a = data(m * k, 22, -1.0, 1.0);
-                let (mut want, mut mag) = (vec![0f64; m * n], vec![0f64; m * n]);
-                for i in 0..m {
-                    for p in 0..k {
-                        for j in 0..n {
-                            let t = a[i * k + p] as f64 * b[p * n + j] as f64;
-                            want[i * n + j] += t;
-                            mag[i * n + j] += t.abs();
-                        }
-                    }
-                }
+                let (want, mag) = gemm_reference(&a, &b, (m, k, n));
                 // Output rows 3 floats wider than n: writes past a row's n columns show.
                 let mut padded = vec![f32::NAN; m * (n + 3)];
                 gemm(m, &a, (k, 1), &row_major, &mut padded, n + 3, 1);
@@ -218,6 +199,21 @@ fn packed_gemm_matches_f64_at_every_tail() {
             }
         }
     }
+}
+
+/// `a [m, k] @ b [k, n]` in f64, and the sum of |terms| of each output.
+fn gemm_reference(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> (Vec<f64>, Vec<f64>) {
+    let (mut want, mut mag) = (vec![0f64; m * n], vec![0f64; m * n]);
+    for i in 0..m {
+        for p in 0..k {
+            for j in 0..n {
+                let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+                want[i * n + j] += t;
+                mag[i * n + j] += t.abs();
+            }
+        }
+    }
+    (want, mag)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
