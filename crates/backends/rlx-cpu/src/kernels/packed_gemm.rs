@@ -94,6 +94,8 @@ pub fn gemm(m: usize, a: &[f32], sa: (usize, usize), panels: &Panels, c: &mut [f
     if m == 0 || n == 0 {
         return;
     }
+    // The tiles store through raw pointers: the output must hold every row.
+    assert!(c_row >= n && c.len() >= (m - 1) * c_row + n, "packed gemm output too small");
     if k == 0 {
         c.chunks_mut(c_row).take(m).for_each(|row| row[..n].fill(0.0));
         return;
