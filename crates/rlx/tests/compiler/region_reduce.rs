@@ -77,7 +77,6 @@ const CHAINS: &[Chain] = &[
 
 #[test]
 fn fused_reductions_equal_the_unfused_bits() {
-    let mut fused_steps = 0;
     for &(name, chain) in CHAINS {
         for (rows, len) in
             [(1, 1), (1, 3), (3, 17), (2, 511), (2, 512), (2, 513), (1, 1000), (4, 1025), (1, 70_001), (5, 9000)]
@@ -89,7 +88,6 @@ fn fused_reductions_equal_the_unfused_bits() {
                 let kernels = fused_kernels(&g);
                 let fused_here = kernels.iter().any(|k| matches!(k, Kernel::RegionReduce { .. }));
                 assert!(fused_here, "{name} {op:?} [{rows}, {len}]: {kernels:?}");
-                fused_steps += 1;
                 let feed = [("x", &x), ("y", &y)];
                 let want = run(&g, false, 1, &feed);
                 for threads in [1, 2] {
@@ -105,7 +103,6 @@ fn fused_reductions_equal_the_unfused_bits() {
             }
         }
     }
-    assert!(fused_steps > 0);
 }
 
 #[test]

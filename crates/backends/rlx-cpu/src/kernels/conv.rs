@@ -107,12 +107,13 @@ fn conv_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], w: &[T], bi
     // The same split rule as matmul's `for_each_product`: many small products one thread
     // each, else one product at a time on every thread.
     let macs = og * depth * plane;
+    let taps = Taps::new(g);
     let per_item = |item: usize, out: &mut [T], threads: usize| {
         let (b, group) = (item / groups, item % groups);
         let bias = bias.map(|bias| &bias[group * og..(group + 1) * og]);
         let filters = &w[group * og * depth..(group + 1) * og * depth];
         let input = &x[(b * g.c + group * cg) * g.h * g.w..(b * g.c + (group + 1) * cg) * g.h * g.w];
-        plane_product(g, cg, filters, input, bias, out, threads);
+        plane_product(g, taps.as_ref(), (cg, filters), input, bias, out, threads);
     };
     if threads > 1 && items >= threads && macs < MIN_PARALLEL_MACS * 4 && items * og * plane >= MIN_PARALLEL_ELEMS / 8 {
         out.par_chunks_mut(og * plane).enumerate().for_each(|(item, o)| per_item(item, o, 1));
@@ -127,8 +128,8 @@ fn conv_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], w: &[T], bi
 /// padding), built in scratch; a 1x1 / stride 1 / unpadded conv reads `input` as `col`.
 fn plane_product<T: Float + Gemm>(
     g: &Geometry,
-    cg: usize,
-    filters: &[T],
+    taps: Option<&Taps>,
+    (cg, filters): (usize, &[T]),
     input: &[T],
     bias: Option<&[T]>,
     out: &mut [T],
@@ -157,8 +158,7 @@ fn plane_product<T: Float + Gemm>(
     with_scratch::<T, _>(depth * plane, |col| {
         // Row (ci, ky, kx) of col is one strided window of channel ci: rows are
         // independent copies, split across threads when the matrix is large.
-        let taps = Taps::new(g);
-        let fill = |r: usize, row: &mut [T]| im2col_row(g, taps.as_ref(), input, r, row);
+        let fill = |r: usize, row: &mut [T]| im2col_row(g, taps, input, r, row);
         if threads > 1 && col.len() >= MIN_PARALLEL_ELEMS {
             col.par_chunks_mut(plane).enumerate().for_each(|(r, row)| fill(r, row));
         } else {
@@ -356,7 +356,7 @@ fn images_per_batch(g: &Geometry, depth: usize) -> usize {
 /// im2col of images `[b0, b0 + nb)` of `x`, channels of `group`: `col [depth, nb * plane]`,
 /// image `i`'s columns at `i * plane`.
 fn im2col_images<T: Float>(
-    g: &Geometry,
+    (g, taps): (&Geometry, Option<&Taps>),
     groups: usize,
     x: &[T],
     (b0, nb): (usize, usize),
@@ -366,12 +366,11 @@ fn im2col_images<T: Float>(
     let cg = g.c / groups;
     let plane = g.oh * g.ow;
     let width = nb * plane;
-    let taps = Taps::new(g);
     let fill = |r: usize, row: &mut [T]| {
         for (i, cols) in row.chunks_mut(plane).enumerate() {
             let b = b0 + i;
             let input = &x[(b * g.c + group * cg) * g.h * g.w..(b * g.c + (group + 1) * cg) * g.h * g.w];
-            im2col_row(g, taps.as_ref(), input, r, cols);
+            im2col_row(g, taps, input, r, cols);
         }
     };
     if crate::threads::current() > 1 && col.len() >= MIN_PARALLEL_ELEMS {
@@ -483,6 +482,7 @@ fn grad_weight_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], grad
     }
     let per = images_per_batch(g, depth);
     let threads = crate::threads::current();
+    let taps = Taps::new(g);
     with_scratch::<T, _>((depth + og) * per * plane + depth * og, |scratch| {
         let (col, rest) = scratch.split_at_mut(depth * per * plane);
         let (gm, dwt) = rest.split_at_mut(og * per * plane);
@@ -491,7 +491,7 @@ fn grad_weight_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], grad
                 let nb = per.min(g.n - b0);
                 let width = nb * plane;
                 let (col, gm) = (&mut col[..depth * width], &mut gm[..og * width]);
-                im2col_images(g, groups, x, (b0, nb), group, col);
+                im2col_images((g, taps.as_ref()), groups, x, (b0, nb), group, col);
                 gather_grad(g, groups, grad, (b0, nb), group, gm);
                 // dw^T [depth, og] += col [depth, width] @ grad^T [width, og], image batches
                 // in order. (As dw = grad @ col^T the GEMM packed the large col read
