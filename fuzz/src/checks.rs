@@ -5,7 +5,7 @@
 //!
 //! Uses only crates that both the fuzz crate and `rlx`'s test targets depend on.
 
-use rlx_ir::{DType, Graph, HostTensor, NodeId, Op};
+use rlx_ir::{ActivationQuant, DType, Graph, HostTensor, NodeId, Op};
 use serde_json::Value;
 use std::sync::{Arc, OnceLock};
 
@@ -214,10 +214,11 @@ fn seed_graphs() -> Vec<Graph> {
             let x = g.input("x", DType::F32, &[3, 32])?;
             let row = QuantScheme::Q8_0.row_bytes(32)?;
             let w = g.param("w", DType::U8, &[4, row])?;
-            let y = g.dequant_matmul(x, w, QuantScheme::Q8_0, true)?;
+            let y = g.dequant_matmul(x, w, QuantScheme::Q8_0, ActivationQuant::Q8)?;
+            let y16 = g.dequant_matmul(x, w, QuantScheme::Q8_0, ActivationQuant::Q16)?;
             let d = g.dequantize(w, QuantScheme::Q8_0)?;
             let n = g.layer_norm(d, None, None, 1e-5)?;
-            g.set_outputs(&[y, n])?;
+            g.set_outputs(&[y, y16, n])?;
             Ok(g)
         },
         || {

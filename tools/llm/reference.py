@@ -151,28 +151,30 @@ def round_half_away(v: np.ndarray) -> np.ndarray:
     return np.sign(v) * np.floor(np.abs(v) + 0.5)
 
 
-def quantize_q8_rows(x: np.ndarray) -> np.ndarray:
-    """Q8 activation quantize + dequantize, per row, in blocks of 32 (llama.cpp Q8_0/Q8_1
-    activation blocks): amax = max|x| (f32), d = amax / 127 (f32), id = 1/d (f32, 0 if
-    d == 0), q = clip(round_half_away(x * id), -127, 127); returns q * d as f32."""
+def quantize_rows(x: np.ndarray, bits: int) -> np.ndarray:
+    """Activation quantize + dequantize, per row, in blocks of 32 (llama.cpp's Q8_0/Q8_1
+    activation blocks for bits=8; RLX's prompt activations for bits=16): L = 127 or 32767,
+    amax = max|x| (f32), d = amax / L (f32), id = 1/d (f32, 0 if d == 0),
+    q = clip(round_half_away(x * id), -L, L); returns q * d as f32."""
+    levels = {8: 127.0, 16: 32767.0}[bits]
     x = np.asarray(x, dtype=F32)
     rows, k = x.shape
-    assert k % 32 == 0, "Q8 blocks need k % 32 == 0"
+    assert k % 32 == 0, "quantized blocks need k % 32 == 0"
     b = x.reshape(rows, k // 32, 32)
     amax = np.max(np.abs(b), axis=-1, keepdims=True).astype(F32)
-    d = (amax / F32(127.0)).astype(F32)
+    d = (amax / F32(levels)).astype(F32)
     with np.errstate(divide="ignore"):
         idv = np.where(d != 0, F32(1.0) / np.where(d != 0, d, F32(1.0)), F32(0.0)).astype(F32)
     scaled = (b * idv).astype(F32)  # f32 product, as in C
-    q = np.clip(round_half_away(scaled), -127, 127).astype(np.int32)
+    q = np.clip(round_half_away(scaled), -levels, levels).astype(np.int32)
     return (q.astype(F32) * d).astype(F32).reshape(rows, k)
 
 
-def linear(x: np.ndarray, w64: np.ndarray, q8: bool) -> np.ndarray:
-    """y = x @ W.T with f64 accumulation, result rounded to f32.  In q8 mode the
-    activation row(s) are first Q8-quantized/dequantized (decode-step semantics)."""
-    if q8:
-        x = quantize_q8_rows(x)
+def linear(x: np.ndarray, w64: np.ndarray, bits: int | None) -> np.ndarray:
+    """y = x @ W.T with f64 accumulation, result rounded to f32.  With `bits` (8 or 16)
+    the activation row(s) are first quantized/dequantized to that many bits."""
+    if bits:
+        x = quantize_rows(x, bits)
     return (x.astype(F64) @ w64.T).astype(F32)
 
 
@@ -222,11 +224,11 @@ class KVCache:
         return self.k[0].shape[1]
 
 
-def forward(m: Model, ids: list[int], cache: KVCache, q8: bool) -> np.ndarray:
+def forward(m: Model, ids: list[int], cache: KVCache, bits: int | None) -> np.ndarray:
     """Run `ids` at positions cache.length.. and return the LAST position's logits (f32).
 
-    q8=False: prefill semantics (f32 activations).  q8=True: decode semantics (Q8
-    activation quantization before every weight matmul, including the output head)."""
+    bits=None: f32 activations.  bits=8 / 16: activation quantization before every weight
+    matmul, including the output head (RLX's default: 16 for prompts, 8 for decode)."""
     start = cache.length
     S = len(ids)
     H, KH, D = m.n_head, m.n_kv_head, m.head_dim
@@ -237,9 +239,9 @@ def forward(m: Model, ids: list[int], cache: KVCache, q8: bool) -> np.ndarray:
     x = m.tok_embd[np.asarray(ids)].astype(F32)  # [S, d]
     for li, L in enumerate(m.layers):
         n = rmsnorm(x, L["attn_norm"], m.eps)
-        q = linear(n, L["wq"], q8).reshape(S, H, D)
-        k = linear(n, L["wk"], q8).reshape(S, KH, D)
-        v = linear(n, L["wv"], q8).reshape(S, KH, D)
+        q = linear(n, L["wq"], bits).reshape(S, H, D)
+        k = linear(n, L["wk"], bits).reshape(S, KH, D)
+        v = linear(n, L["wv"], bits).reshape(S, KH, D)
         q = rope(q, pos, m.inv_freq)
         k = rope(k, pos, m.inv_freq)
         cache.k[li] = np.concatenate([cache.k[li], k.transpose(1, 0, 2)], axis=1)
@@ -257,16 +259,16 @@ def forward(m: Model, ids: list[int], cache: KVCache, q8: bool) -> np.ndarray:
         p = p / p.sum(axis=-1, keepdims=True)
         att = (p @ V).astype(F32)  # [H, S, D]
         att = att.transpose(1, 0, 2).reshape(S, H * D)  # concat heads, head-major
-        x = (x + linear(att, L["wo"], q8)).astype(F32)
+        x = (x + linear(att, L["wo"], bits)).astype(F32)
 
         n2 = rmsnorm(x, L["ffn_norm"], m.eps)
-        gt = linear(n2, L["wg"], q8)
-        up = linear(n2, L["wu"], q8)
+        gt = linear(n2, L["wg"], bits)
+        up = linear(n2, L["wu"], bits)
         h = (silu(gt) * up).astype(F32)
-        x = (x + linear(h, L["wd"], q8)).astype(F32)
+        x = (x + linear(h, L["wd"], bits)).astype(F32)
 
     last = rmsnorm(x[-1:], m.output_norm, m.eps)
-    return linear(last, m.w_out, q8)[0]
+    return linear(last, m.w_out, bits)[0]
 
 
 def top2_margin(logits: np.ndarray) -> tuple[int, float]:
@@ -287,15 +289,15 @@ def stable_prefix(margins: list[float]) -> dict[str, int]:
 
 
 def generate(m: Model, prompt_ids: list[int], n_new: int, q8_decode: bool):
-    """Prefill (f32) -> argmax, then n_new - 1 single-token decode steps (with Q8
-    activations when `q8_decode`)."""
+    """Prefill -> argmax, then n_new - 1 single-token decode steps; with `q8_decode`, RLX's
+    default activations (16-bit prompt, 8-bit decode steps), else f32."""
     cache = KVCache(m)
-    prefill_logits = forward(m, prompt_ids, cache, q8=False)
+    prefill_logits = forward(m, prompt_ids, cache, 16 if q8_decode else None)
     tok, margin = top2_margin(prefill_logits)
     generated, margins = [tok], [margin]
     first_decode_logits = None
     for _ in range(n_new - 1):
-        logits = forward(m, [tok], cache, q8=q8_decode)
+        logits = forward(m, [tok], cache, 8 if q8_decode else None)
         if first_decode_logits is None:
             first_decode_logits = logits
         tok, margin = top2_margin(logits)
@@ -501,8 +503,8 @@ def main() -> int:
             # whose logits differ from ours by less than thr/2: the first step whose
             # top1-top2 margin is below thr may legitimately pick another token.
             stable_prefix=stable_prefix(margins),
-            # The same with Q8 activations in every decode step (llama.cpp's decode
-            # arithmetic). Q8 rounding makes decode logits sensitive to the last bits of
+            # The same with RLX's default activations: 16 bits in the prompt, 8 in every
+            # decode step (llama.cpp's decode arithmetic). Q8 rounding makes decode logits sensitive to the last bits of
             # the activations (SmolLM2 has outlier features, so a rounding flip in a block
             # with a large max moves a dot by amax/127 * w), so implementations with other
             # f32 summation orders agree on these only up to the first small margin.
@@ -537,9 +539,10 @@ def main() -> int:
             "generated[0] = argmax of those; generated[1..] come from single-token decode "
             "steps with f32 activations; prompt{i}_decode0_logits.npy = logits of the first "
             "decode step (input generated[0]). generated_q8 / margins_q8 / "
-            "prompt{i}_decode0_q8_logits.npy: the same with decode steps whose activation "
-            "rows are Q8-quantized (blocks of 32, d=amax/127, round half away from zero) "
-            "before every weight matmul incl. the output head. margins[j] = top1-top2 "
+            "prompt{i}_decode0_q8_logits.npy: the same with the prompt's activation rows "
+            "quantized to 16 bits and the decode steps' to 8 (blocks of 32, d=amax/32767 "
+            "or amax/127, round half away from zero) before every weight matmul incl. the "
+            "output head. margins[j] = top1-top2 "
             "logit at step j. Dots accumulate in "
             "f64, stored tensors are f32. RoPE NORM (adjacent pairs), GQA h//group, "
             "output head tied to token_embd when output.weight is absent. Greedy "

@@ -45,9 +45,9 @@ impl ModelChoice {
 
     fn describe(&self, model: &Llama) -> String {
         format!(
-            "{} threads, {} decode, {} KV cache",
+            "{} threads, {} activations, {} KV cache",
             self.threads.unwrap_or_else(rlx::runtime::cpu::default_threads),
-            if self.f32_decode { "f32" } else { "q8" },
+            if self.f32_decode { "f32" } else { "16-bit prompt / 8-bit decode" },
             model.cache_type()
         )
     }

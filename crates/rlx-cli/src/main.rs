@@ -40,7 +40,8 @@ struct ModelArgs {
     /// KV cache size in tokens (0: the model's context, at most 2048).
     #[arg(long, short = 'c', visible_alias = "ctx-size", default_value_t = 0)]
     ctx: usize,
-    /// Decode with f32 activations instead of 8-bit integer dot products.
+    /// Keep matmul activations f32, in the prompt and in decode, instead of quantizing
+    /// them for integer dot products (16 bits in the prompt, 8 in decode).
     #[arg(long)]
     f32_decode: bool,
     /// The KV cache's type: f16 (half the memory), f32 (exact) or bf16 (default: f16 on

@@ -23,7 +23,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use graph::{Graph, Node, NodeId};
 pub use json::{FORMAT_NAME, FORMAT_VERSION, base64_decode, base64_encode};
 pub use ops::{
-    AttentionMask, BinaryOp, CompareOp, Conv2dParams, F32Attr, MaskKind, Op, PoolParams, ReduceOp, RopeStyle, Unary,
+    ActivationQuant, AttentionMask, BinaryOp, CompareOp, Conv2dParams, F32Attr, MaskKind, Op, PoolParams, ReduceOp,
+    RopeStyle, Unary,
 };
 pub use quant::QuantScheme;
 pub use tensor::{HostTensor, TensorRef, encode_f64, encode_le, i64_to_float_bits};

@@ -181,8 +181,9 @@ fn request(
 #[pymethods]
 impl PyLlama {
     /// Loads `path`. `threads`: worker threads (default RLX_THREADS or every core);
-    /// `ctx`: KV cache rows (0: the model's context, at most 2048); `f32_decode`: decode
-    /// with f32 activations instead of 8-bit integer dot products; `device`: "cpu" or "gpu".
+    /// `ctx`: KV cache rows (0: the model's context, at most 2048); `f32_decode`: keep
+    /// activations f32 instead of quantizing them for integer dot products (16 bits in
+    /// prompts, 8 in decode); `device`: "cpu" or "gpu".
     #[new]
     #[pyo3(signature = (path, threads = None, ctx = 0, f32_decode = false, device = "cpu"))]
     fn new(

@@ -21,8 +21,8 @@ pub use rlx_train as train;
 pub mod prelude {
     pub use rlx_autodiff::{grad, grad_with_loss, hvp, jvp};
     pub use rlx_ir::{
-        AttentionMask, BinaryOp, CompareOp, Conv2dParams, DType, Error, Graph, HostTensor, NodeId, Op, PoolParams,
-        ReduceOp, Result, RopeStyle, Unary, quant::QuantScheme,
+        ActivationQuant, AttentionMask, BinaryOp, CompareOp, Conv2dParams, DType, Error, Graph, HostTensor, NodeId, Op,
+        PoolParams, ReduceOp, Result, RopeStyle, Unary, quant::QuantScheme,
     };
     pub use rlx_onnx::{OnnxModel, TensorInfo};
     pub use rlx_runtime::{

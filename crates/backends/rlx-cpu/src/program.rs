@@ -669,13 +669,9 @@ fn plan(
                 cache: format!("cache {}", first_operand()),
             })
         }
-        Op::DequantMatMul { scheme, q8_activations } => Kernel::DequantMatMul(quant_matmul::QuantMatMulPlan::new(
-            dims(0),
-            dims(1),
-            *scheme,
-            *q8_activations,
-            threads,
-        )),
+        Op::DequantMatMul { scheme, activations } => {
+            Kernel::DequantMatMul(quant_matmul::QuantMatMulPlan::new(dims(0), dims(1), *scheme, *activations, threads))
+        }
         Op::Dequantize { scheme } => Kernel::Dequantize { scheme: *scheme, k: out[1] },
         Op::ScatterAdd { rows } => Kernel::ScatterAdd(gather::ScatterPlan { rows: *rows, row_len: numel(&out[1..]) }),
         // The geometry of the forward conv: input, weight, output.

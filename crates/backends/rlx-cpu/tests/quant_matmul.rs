@@ -1,9 +1,11 @@
 //! `dequant_matmul` on every scheme and arm against an f64 oracle: weights decoded by
 //! `rlx_oracle::quant` (written separately from `rlx_ir::quant` and the kernels), the
-//! q8 activation quantization re-derived here from its definition, products summed in f64.
+//! 8- and 16-bit activation quantizations re-derived here from their definition, products
+//! summed in f64.
 
 use rlx_cpu::features::Arm;
 use rlx_cpu::kernels::quant_matmul::{QuantMatMulPlan, dequant_matmul_into};
+use rlx_ir::ActivationQuant;
 use rlx_ir::quant::QuantScheme;
 use rlx_oracle::Rng;
 
@@ -45,13 +47,15 @@ fn decode_rows(s: QuantScheme, w: &[u8]) -> Vec<f64> {
     w.chunks(s.block_bytes()).flat_map(|b| rlx_oracle::quant::decode_f64(s.name(), b)).collect()
 }
 
-/// The q8 activation semantics, from the op's documentation: per block of 32,
-/// `d = max|x| / 127` and `q = round_half_away(x * (1 / d))`, in f32; returns `q * d`.
-fn q8_reference(x: &[f32]) -> Vec<f64> {
+/// The quantized activation semantics, from the op's documentation: per block of 32,
+/// `d = max|x| / levels` (127 or 32767) and `q = round_half_away(x * (1 / d))`, in f32;
+/// returns `q * d` (`x` itself for f32).
+fn act_reference(x: &[f32], act: ActivationQuant) -> Vec<f64> {
+    let Some(levels) = act.levels() else { return x.iter().map(|&v| v as f64).collect() };
     x.chunks(32)
         .flat_map(|block| {
             let amax = block.iter().map(|v| v.abs()).fold(0f32, f32::max);
-            let d = amax / 127f32;
+            let d = amax / levels;
             let inv = if d == 0.0 { 0.0 } else { 1f32 / d };
             block.iter().map(move |&v| {
                 let t = (v * inv) as f64;
@@ -64,14 +68,13 @@ fn q8_reference(x: &[f32]) -> Vec<f64> {
 
 /// Runs the kernel and checks every element against the f64 product: within the f32
 /// summation bound (2 ulps per addition along the longest chain) of sum |x_j w_j|.
-fn check(s: QuantScheme, m: usize, k: usize, n: usize, q8: bool, seed: u64) {
+fn check(s: QuantScheme, m: usize, k: usize, n: usize, act: ActivationQuant, seed: u64) {
     let mut rng = Rng::new(seed);
     let w = random_weights(&mut rng, s, n, k);
     let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
     let wd = decode_rows(s, &w);
-    let xd: Vec<f64> =
-        if q8 { x.chunks(k).flat_map(q8_reference).collect() } else { x.iter().map(|&v| v as f64).collect() };
-    let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, q8, 1);
+    let xd: Vec<f64> = x.chunks(k).flat_map(|row| act_reference(row, act)).collect();
+    let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, act, 1);
     for arm in Arm::available() {
         let mut out = vec![f32::NAN; m * n];
         dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
@@ -83,7 +86,7 @@ fn check(s: QuantScheme, m: usize, k: usize, n: usize, q8: bool, seed: u64) {
                 let got = out[i * n + j] as f64;
                 assert!(
                     (got - want).abs() <= tol,
-                    "{} m{m} k{k} n{n} q8 {q8} arm {}: out[{i},{j}] = {got}, f64 {want} (tol {tol:.2e})",
+                    "{} m{m} k{k} n{n} {act:?} arm {}: out[{i},{j}] = {got}, f64 {want} (tol {tol:.2e})",
                     s.name(),
                     arm.name()
                 );
@@ -101,8 +104,8 @@ fn every_scheme_matches_the_f64_oracle() {
         // q8, that many quantized rows).
         for (m, blocks, n) in [(1, 1, 1), (1, 3, 17), (5, 2, 3), (2, 19, 9), (9, 3, 5)] {
             let k = blocks * bs;
-            for q8 in [false, true] {
-                check(s, m, k, n, q8, 100 + i as u64 * 7 + m as u64);
+            for act in [ActivationQuant::F32, ActivationQuant::Q8, ActivationQuant::Q16] {
+                check(s, m, k, n, act, 100 + i as u64 * 7 + m as u64);
             }
         }
     }
@@ -111,24 +114,100 @@ fn every_scheme_matches_the_f64_oracle() {
 #[test]
 fn long_rows_and_tiles_match_the_oracle() {
     // k = 1536 (SmolLM2's FFN), n past one GEMM tile (1024 rows).
-    check(QuantScheme::Q4_1, 12, 1536, 1030, false, 1);
-    check(QuantScheme::Q4_1, 7, 576, 130, false, 5);
+    check(QuantScheme::Q4_1, 12, 1536, 1030, ActivationQuant::F32, 1);
+    check(QuantScheme::Q4_1, 7, 576, 130, ActivationQuant::F32, 5);
     // The direct tile product's widest case, past one tile and one chunk of weight rows,
     // and the first row count that goes to the GEMM everywhere.
-    check(QuantScheme::Q4_1, 128, 576, 141, false, 13);
-    check(QuantScheme::Q8_0, 129, 576, 70, false, 14);
-    check(QuantScheme::Q4_1, 1, 1536, 65, true, 2);
-    check(QuantScheme::Q8_0, 1, 576, 33, true, 3);
-    check(QuantScheme::Q4_0, 3, 576, 20, true, 4);
+    check(QuantScheme::Q4_1, 128, 576, 141, ActivationQuant::F32, 13);
+    check(QuantScheme::Q8_0, 129, 576, 70, ActivationQuant::F32, 14);
+    check(QuantScheme::Q4_1, 1, 1536, 65, ActivationQuant::Q8, 2);
+    check(QuantScheme::Q8_0, 1, 576, 33, ActivationQuant::Q8, 3);
+    check(QuantScheme::Q4_0, 3, 576, 20, ActivationQuant::Q8, 4);
     // Gemma 3 270M's shapes for the unpacked-integer kernels (q8) and the lane decoders
     // (f32 GEMV and tiles).
-    check(QuantScheme::Q5_0, 1, 640, 37, true, 6);
-    check(QuantScheme::Q4K, 1, 1024, 21, true, 7);
-    check(QuantScheme::Q6K, 1, 2048, 19, true, 8);
-    check(QuantScheme::Q5_1, 2, 640, 9, true, 9);
-    check(QuantScheme::Q5K, 1, 512, 11, true, 10);
-    check(QuantScheme::Q5_0, 6, 640, 33, false, 11);
-    check(QuantScheme::Q6K, 12, 2048, 20, false, 12);
+    check(QuantScheme::Q5_0, 1, 640, 37, ActivationQuant::Q8, 6);
+    check(QuantScheme::Q4K, 1, 1024, 21, ActivationQuant::Q8, 7);
+    check(QuantScheme::Q6K, 1, 2048, 19, ActivationQuant::Q8, 8);
+    check(QuantScheme::Q5_1, 2, 640, 9, ActivationQuant::Q8, 9);
+    check(QuantScheme::Q5K, 1, 512, 11, ActivationQuant::Q8, 10);
+    check(QuantScheme::Q5_0, 6, 640, 33, ActivationQuant::F32, 11);
+    check(QuantScheme::Q6K, 12, 2048, 20, ActivationQuant::F32, 12);
+}
+
+/// The 16-bit path's integer GEMM (2 rows and more, on AVX-512 VNNI hosts; the f32 kernels
+/// on restored rows elsewhere): every scheme it unpacks, panels of 48 columns with a
+/// partial last one, 4-row tiles with a tail.
+#[test]
+fn q16_gemm_matches_the_oracle() {
+    let schemes = [
+        QuantScheme::Q4_0,
+        QuantScheme::Q4_1,
+        QuantScheme::Q5_0,
+        QuantScheme::Q5_1,
+        QuantScheme::Q8_0,
+        QuantScheme::Q4K,
+        QuantScheme::Q5K,
+        QuantScheme::Q6K,
+    ];
+    for (i, s) in schemes.into_iter().enumerate() {
+        let k = if s.block_size() == 256 { 512 } else { 96 };
+        for (m, n) in [(2, 1), (5, 17), (35, 97)] {
+            check(s, m, k, n, ActivationQuant::Q16, 200 + i as u64 * 5 + n as u64);
+        }
+    }
+    check(QuantScheme::Q6K, 64, 2048, 49, ActivationQuant::Q16, 300);
+    check(QuantScheme::Q5_0, 36, 640, 256, ActivationQuant::Q16, 301);
+}
+
+/// 16-bit activations are quantized, not used as f32: in a block whose largest value is
+/// 32767 the scale is 1, so 0.4 drops to 0 and halves round away from zero; the product
+/// is exactly the integers' (`check`'s tolerance could not tell f32 from 16 bits on random
+/// data: the quantization error is ~1e-5 of a block's maximum).
+#[test]
+fn q16_activations_round_to_integers_of_the_block_scale() {
+    let mut rng = Rng::new(21);
+    let (k, n) = (64, 19);
+    let mut x = vec![0f32; k];
+    x[..8].copy_from_slice(&[32767.0, 0.4, 0.5, -0.5, 2.5, -2.5, 1.49, -7.0]);
+    x[32] = -1000.0; // second block: scale 1000 / 32767
+    x[33] = 0.01;
+    for s in [QuantScheme::Q8_0, QuantScheme::Q4_1, QuantScheme::Q6K] {
+        let k = k.max(s.block_size());
+        x.resize(k, 0.0);
+        let w = random_weights(&mut rng, s, n, k);
+        let wd = decode_rows(s, &w);
+        let q = act_reference(&x, ActivationQuant::Q16);
+        assert_eq!(&q[..8], &[32767.0, 0.0, 1.0, -1.0, 3.0, -3.0, 1.0, -7.0]);
+        for m in [1, 3] {
+            let xs = x.repeat(m);
+            let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q16, 1);
+            // Per column: the 16-bit product, the f32 product and the tolerance.
+            let refs: Vec<(f64, f64, f64)> = (0..n)
+                .map(|j| {
+                    let row = &wd[j * k..][..k];
+                    let want: f64 = q.iter().zip(row).map(|(a, b)| a * b).sum();
+                    let exact: f64 = x.iter().zip(row).map(|(&a, b)| a as f64 * b).sum();
+                    (want, exact, 1e-5 * q.iter().zip(row).map(|(a, b)| (a * b).abs()).sum::<f64>())
+                })
+                .collect();
+            let apart = refs.iter().filter(|(want, exact, tol)| (want - exact).abs() > 2.0 * tol).count();
+            assert!(apart > n / 2, "{}: only {apart} columns tell 16 bits from f32", s.name());
+            for arm in Arm::available() {
+                let mut out = vec![f32::NAN; m * n];
+                dequant_matmul_into(&plan, arm, &xs, &w, &mut out).unwrap();
+                for (j, &got) in out.iter().enumerate() {
+                    let (want, exact, tol) = refs[j % n];
+                    let got = got as f64;
+                    assert!(
+                        (got - want).abs() <= tol && ((want - exact).abs() <= 2.0 * tol || (got - exact).abs() > tol),
+                        "{} m {m} {}: out[{j}] = {got}, 16-bit product {want}, f32 product {exact}",
+                        s.name(),
+                        arm.name()
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -141,7 +220,7 @@ fn q8_activations_are_not_the_f32_product() {
     let w = random_weights(&mut rng, QuantScheme::Q4_1, n, k);
     let x: Vec<f32> = (0..k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
     let wd = decode_rows(QuantScheme::Q4_1, &w);
-    let (exact, quant) = (x.iter().map(|&v| v as f64).collect::<Vec<_>>(), q8_reference(&x));
+    let (exact, quant) = (x.iter().map(|&v| v as f64).collect::<Vec<_>>(), act_reference(&x, ActivationQuant::Q8));
     let dot = |a: &[f64], j: usize| (0..k).map(|p| a[p] * wd[j * k + p]).sum::<f64>();
     let gap = (0..n).map(|j| (dot(&exact, j) - dot(&quant, j)).abs()).fold(0.0, f64::max);
     assert!(gap > 1e-4, "q8 and f32 products differ by only {gap}");
@@ -154,16 +233,16 @@ fn nan_propagates_and_zero_rows_stay_zero() {
     for s in [QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q4_0, QuantScheme::Q6K] {
         let k = k.max(s.block_size());
         let w = random_weights(&mut rng, s, n, k);
-        let plan = |q8| QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, q8, 1);
+        let plan = |act| QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, act, 1);
         for arm in Arm::available() {
-            for q8 in [false, true] {
+            for act in [ActivationQuant::F32, ActivationQuant::Q8, ActivationQuant::Q16] {
                 let mut x = vec![0f32; k];
                 let mut out = vec![1f32; n];
-                dequant_matmul_into(&plan(q8), arm, &x, &w, &mut out).unwrap();
+                dequant_matmul_into(&plan(act), arm, &x, &w, &mut out).unwrap();
                 assert!(out.iter().all(|&v| v == 0.0), "{} zero row -> {out:?}", s.name());
                 x[k - 1] = f32::NAN;
-                dequant_matmul_into(&plan(q8), arm, &x, &w, &mut out).unwrap();
-                assert!(out.iter().all(|v| v.is_nan()), "{} NaN row -> {out:?} ({}, q8 {q8})", s.name(), arm.name());
+                dequant_matmul_into(&plan(act), arm, &x, &w, &mut out).unwrap();
+                assert!(out.iter().all(|v| v.is_nan()), "{} NaN row -> {out:?} ({}, {act:?})", s.name(), arm.name());
             }
         }
     }
@@ -171,7 +250,7 @@ fn nan_propagates_and_zero_rows_stay_zero() {
 
 #[test]
 fn bad_sizes_are_errors() {
-    let plan = QuantMatMulPlan::new(&[1, 64], &[2, 40], QuantScheme::Q4_1, false, 1);
+    let plan = QuantMatMulPlan::new(&[1, 64], &[2, 40], QuantScheme::Q4_1, ActivationQuant::F32, 1);
     let mut out = vec![0f32; 2];
     let err = dequant_matmul_into(&plan, Arm::Portable, &[0.0; 64], &[0; 39], &mut out).unwrap_err();
     assert!(err.to_string().contains("Q4_1"), "{err}");
@@ -183,10 +262,17 @@ fn results_are_bit_identical_across_thread_counts() {
     // Big enough for every path to split: q8 decode, GEMV (m <= 8) and tiled GEMM.
     let (k, n) = (576, 1100);
     let w = random_weights(&mut rng, QuantScheme::Q4_1, n, k);
-    for (m, q8) in [(1, true), (3, false), (1, false), (20, false)] {
+    for (m, act) in [
+        (1, ActivationQuant::Q8),
+        (3, ActivationQuant::F32),
+        (1, ActivationQuant::F32),
+        (20, ActivationQuant::F32),
+        (3, ActivationQuant::Q16),
+        (50, ActivationQuant::Q16),
+    ] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
         let run = |threads: usize| {
-            let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], QuantScheme::Q4_1, q8, threads);
+            let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], QuantScheme::Q4_1, act, threads);
             let mut out = vec![0f32; m * n];
             rlx_cpu::threads::pool(threads)
                 .unwrap()
@@ -196,7 +282,7 @@ fn results_are_bit_identical_across_thread_counts() {
         };
         let one = run(1);
         for threads in [2, 3] {
-            assert!(run(threads) == one, "m {m} q8 {q8}: {threads} threads differ from 1");
+            assert!(run(threads) == one, "m {m} {act:?}: {threads} threads differ from 1");
         }
     }
 }
@@ -218,7 +304,8 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
             for m in [2, 3, 5, 8, 9] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
                 let run = |rows: usize, x: &[f32], threads: usize| {
-                    let plan = QuantMatMulPlan::new(&[rows, k], &[n, w.len() / n], scheme, true, threads);
+                    let plan =
+                        QuantMatMulPlan::new(&[rows, k], &[n, w.len() / n], scheme, ActivationQuant::Q8, threads);
                     let mut out = vec![0f32; rows * n];
                     rlx_cpu::threads::pool(threads)
                         .unwrap()
@@ -280,6 +367,46 @@ fn every_arm_quantizes_activations_to_the_portable_bits() {
     }
 }
 
+/// Every arm's 16-bit activation quantizer gives the portable loop's bits, and the values
+/// follow the definition (`f32::round` of `x * (1 / d)`, saturated; a NaN product 0) on
+/// random values, exact halves, denormals, NaN, inf and huge values.
+#[test]
+fn every_arm_quantizes_activations_to_16_bits_alike() {
+    use rlx_cpu::kernels::quant_matmul::quantize_q16_row;
+    let mut rng = Rng::new(6);
+    let mut blocks: Vec<Vec<f32>> = (0..40).map(|_| (0..32).map(|_| rng.uniform(-3.0, 3.0) as f32).collect()).collect();
+    let mut halves: Vec<f32> = vec![32767.0, -2.5, 2.5, -0.5, 0.5, 1.5, -32766.5, 0.49999997, -0.49999997, 3.4999998];
+    halves.resize(32, -0.0);
+    blocks.push(halves);
+    blocks.push(vec![0.0; 32]);
+    blocks.push((0..32).map(|i| f32::from_bits(i + 1) * if i % 2 == 0 { 1.0 } else { -1.0 }).collect());
+    blocks.push((0..32).map(|i| if i == 7 { f32::NAN } else { i as f32 }).collect());
+    blocks.push((0..32).map(|i| if i == 30 { f32::NEG_INFINITY } else { i as f32 }).collect());
+    blocks.push((0..32).map(|i| 1e30 * (i as f32 - 15.5)).collect());
+    blocks.push((0..32).map(|i| 6.5e-40 * (i as f32 - 15.5)).collect());
+    let x: Vec<f32> = blocks.concat();
+    let nb = blocks.len();
+    let quantize = |arm: Arm| {
+        let (mut q, mut d, mut s) = (vec![0i16; x.len()], vec![0f32; nb], vec![0f32; nb]);
+        quantize_q16_row(arm, &x, &mut q, &mut d, &mut s);
+        (q, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), s.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+    };
+    let want = quantize(Arm::Portable);
+    for (b, block) in blocks.iter().enumerate() {
+        let amax = block.iter().fold(0f32, |m, &v| if v.abs() > m || v.is_nan() { v.abs() } else { m });
+        let d = amax / 32767.0;
+        assert_eq!(want.1[b], d.to_bits(), "block {b}: scale");
+        let inv = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (j, &v) in block.iter().enumerate() {
+            assert_eq!(want.0[b * 32 + j], (v * inv).round() as i16, "block {b} value {j}: {v}");
+        }
+    }
+    assert_eq!(&want.0[40 * 32..][..10], &[32767, -3, 3, -1, 1, 2, -32767, 0, 0, 3]);
+    for arm in Arm::available() {
+        assert!(quantize(arm) == want, "{arm:?}: bits differ");
+    }
+}
+
 /// One f32 row against Q4_0 / Q4_1 / Q8_0 weights (a prompt's last-token logits): every
 /// arm does the same multiplies and adds in the same order, so the bits agree across arms
 /// (the AVX-512 arm has its own kernel for this case).
@@ -291,7 +418,7 @@ fn one_f32_row_has_the_same_bits_on_every_arm() {
             let w = random_weights(&mut rng, s, n, k);
             let mut x: Vec<f32> = (0..k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
             x[k / 2] = 1e-40; // a denormal activation
-            let plan = QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, false, 1);
+            let plan = QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, ActivationQuant::F32, 1);
             let run = |arm: Arm| {
                 let mut out = vec![f32::NAN; n];
                 dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();

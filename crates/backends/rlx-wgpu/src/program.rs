@@ -676,8 +676,8 @@ fn calls(kernel: &StepKernel, ins: &[Tensor], out: &Tensor, in_place: bool, int6
         Op::Conv2d { params, bias } => one(conv::conv2d(params, *bias, ins, out)),
         Op::MaxPool2d { params } => one(conv::pool(params, None, &ins[0], out)),
         Op::AvgPool2d { params, count_include_pad } => one(conv::pool(params, Some(*count_include_pad), &ins[0], out)),
-        Op::DequantMatMul { scheme, q8_activations } => {
-            one(quant::dequant_matmul(*scheme, *q8_activations, &ins[0], &ins[1]))
+        Op::DequantMatMul { scheme, activations } => {
+            one(quant::dequant_matmul(*scheme, *activations, &ins[0], &ins[1]))
         }
         Op::Dequantize { scheme } => one(quant::dequantize(*scheme, &ins[0], out)),
         Op::Conv2dGradInput { params, .. } => one(conv::conv2d_grad_input(params, &ins[0], &ins[1], out)),

@@ -114,7 +114,7 @@ impl Graph {
             }
             Op::KvAppend { axis } => super::kv_cache::jvp(self, *axis, &ins, t),
             Op::DequantMatMul { scheme, .. } => {
-                t[0].map(|t| self.dequant_matmul(t, ins[1], *scheme, false)).transpose()
+                t[0].map(|t| self.dequant_matmul(t, ins[1], *scheme, super::ActivationQuant::F32)).transpose()
             }
             Op::Dequantize { .. } => Ok(None),
             Op::Scan { .. } => super::scan::jvp_scan(self, &op, &ins, t),

@@ -25,6 +25,7 @@ pub mod softmax;
 pub use attention::{AttentionMask, MaskKind};
 pub use conv::{Conv2dParams, PoolParams};
 pub use elementwise::{BinaryOp, CompareOp, Unary};
+pub use quant_matmul::ActivationQuant;
 pub use reduce::ReduceOp;
 pub use rope::RopeStyle;
 
@@ -113,7 +114,11 @@ pub enum Op {
     /// `[cache, new, pos]`: cache with `new` written at `pos` along `axis`.
     KvAppend { axis: usize },
     /// `[x, w]`: `x @ W^T` with `W` block-quantized in `scheme`.
-    DequantMatMul { scheme: crate::quant::QuantScheme, q8_activations: bool },
+    DequantMatMul {
+        scheme: crate::quant::QuantScheme,
+        #[serde(alias = "q8_activations")]
+        activations: ActivationQuant,
+    },
     /// `[w]`: block-quantized rows decoded to f32 `[n, k]`.
     Dequantize { scheme: crate::quant::QuantScheme },
     /// `[indices, updates]`: a `[rows, ...]` table of zeros with each update row added
@@ -286,9 +291,7 @@ impl Op {
             Op::Attention { mask, scale } => attention::infer(*mask, *scale, ins),
             Op::Rope { rotary_dims, base, .. } => rope::infer(ins[0], ins[1], *rotary_dims, *base),
             Op::KvAppend { axis } => kv_cache::infer(ins[0], ins[1], ins[2], *axis),
-            Op::DequantMatMul { scheme, q8_activations } => {
-                quant_matmul::infer(*scheme, *q8_activations, ins[0], ins[1])
-            }
+            Op::DequantMatMul { scheme, activations } => quant_matmul::infer(*scheme, *activations, ins[0], ins[1]),
             Op::Dequantize { scheme } => quant_matmul::infer_dequantize(*scheme, ins[0]),
             Op::ScatterAdd { rows } => gather::infer_scatter_add(*rows, ins[0], ins[1]),
             Op::Conv2dGradInput { params, input } => conv::infer_grad_input(params, input, ins[0], ins[1]),

@@ -5,22 +5,79 @@
 //! `rlx_ir::quant`).
 //!
 //! Reference semantics: `out[.., j] = sum_p x[.., p] * W[j, p]` with `W` decoded from its
-//! blocks. With `q8_activations`, each row of `x` is first quantized to 8 bits per block
-//! of 32 values (scale `max|x|/127`, round half away from zero), as llama.cpp does for its
-//! integer dot products; the result is then the exact product of that quantized row with
-//! `W`, accumulated in f32. Without it, `x` is used as is.
+//! blocks. With [`ActivationQuant::Q8`], each row of `x` is first quantized to 8 bits per
+//! block of 32 values (scale `max|x|/127`, round half away from zero), as llama.cpp does
+//! for its integer dot products; with [`ActivationQuant::Q16`] to 16 bits the same way
+//! (scale `max|x|/32767`); the result is then the exact product of that quantized row with
+//! `W`, accumulated in f32. With [`ActivationQuant::F32`], `x` is used as is.
 //!
 //! `dequantize(w)` decodes the rows to f32 `[n, k]` exactly as `rlx_ir::quant` does.
 //!
-//! Derivatives: linear in `x` (`W` is data, with none): `dx = ct @ W`. With
-//! `q8_activations` the quantization is treated as the identity (straight-through), its
-//! derivative being zero almost everywhere.
+//! Derivatives: linear in `x` (`W` is data, with none): `dx = ct @ W`. A quantization of
+//! the activations is treated as the identity (straight-through), its derivative being
+//! zero almost everywhere.
 
 use super::{Op, Operand};
 use crate::quant::QuantScheme;
 use crate::{DType, Error, Graph, NodeId, Result};
+use serde::{Deserialize, Deserializer, Serialize};
 
-pub(crate) fn infer(scheme: QuantScheme, q8_activations: bool, x: Operand, w: Operand) -> Result<(DType, Vec<usize>)> {
+/// What `dequant_matmul` does to its activations before the product. In graph JSON:
+/// `"f32"`, `"q8"` or `"q16"` (`true` / `false` as written by the former `q8_activations`
+/// flag read as `"q8"` / `"f32"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationQuant {
+    /// Used as they are.
+    F32,
+    /// 8 bits per value, a scale per block of 32 (llama.cpp's Q8_0 rows).
+    Q8,
+    /// 16 bits per value, a scale per block of 32: integer dot products at about the
+    /// precision of f32 inputs (a value's error is at most `max|x| / 65534` of its block).
+    Q16,
+}
+
+impl<'de> Deserialize<'de> for ActivationQuant {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Flag(bool),
+            Name(String),
+        }
+        Ok(match Repr::deserialize(d)? {
+            Repr::Flag(q8) => [ActivationQuant::F32, ActivationQuant::Q8][q8 as usize],
+            Repr::Name(name) => match name.as_str() {
+                "f32" => ActivationQuant::F32,
+                "q8" => ActivationQuant::Q8,
+                "q16" => ActivationQuant::Q16,
+                _ => {
+                    return Err(serde::de::Error::custom(format!(
+                        "unknown activations {name:?}: expected \"f32\", \"q8\" or \"q16\""
+                    )));
+                }
+            },
+        })
+    }
+}
+
+impl ActivationQuant {
+    /// The largest quantized magnitude, or None for f32.
+    pub fn levels(self) -> Option<f32> {
+        match self {
+            ActivationQuant::F32 => None,
+            ActivationQuant::Q8 => Some(127.0),
+            ActivationQuant::Q16 => Some(32767.0),
+        }
+    }
+}
+
+pub(crate) fn infer(
+    scheme: QuantScheme,
+    activations: ActivationQuant,
+    x: Operand,
+    w: Operand,
+) -> Result<(DType, Vec<usize>)> {
     if x.dtype != DType::F32 {
         return Err(Error::dtype(format!("x must be f32, got {}", x.ty())));
     }
@@ -28,8 +85,10 @@ pub(crate) fn infer(scheme: QuantScheme, q8_activations: bool, x: Operand, w: Op
         return Err(Error::shape(format!("x needs rank >= 1, got {}", x.ty())));
     };
     let row = scheme.row_bytes(k)?;
-    if q8_activations && !k.is_multiple_of(32) {
-        return Err(Error::shape(format!("q8 activations quantize blocks of 32 values; k = {k} is not a multiple")));
+    if activations != ActivationQuant::F32 && !k.is_multiple_of(32) {
+        return Err(Error::shape(format!(
+            "{activations:?} activations quantize blocks of 32 values; k = {k} is not a multiple"
+        )));
     }
     if w.dtype != DType::U8 || w.dims.len() != 2 || w.dims[1] != row {
         return Err(Error::shape(format!(
@@ -67,9 +126,9 @@ impl Graph {
         x: NodeId,
         w: NodeId,
         scheme: QuantScheme,
-        q8_activations: bool,
+        activations: ActivationQuant,
     ) -> Result<NodeId> {
-        self.push(Op::DequantMatMul { scheme, q8_activations }, &[x, w])
+        self.push(Op::DequantMatMul { scheme, activations }, &[x, w])
     }
 }
 

@@ -57,9 +57,10 @@ pub fn every_op_graph() -> Graph {
     let packed = rlx::ir::quant::quantize(QuantScheme::Q4_1, &values).unwrap();
     let qw = g.constant_tensor(HostTensor::from_bytes(DType::U8, &[2, 20], packed).unwrap()).unwrap();
     let row = g.reshape(kva, &[1, 32]).unwrap();
-    let dq = g.dequant_matmul(row, qw, QuantScheme::Q4_1, false).unwrap();
-    let dq8 = g.dequant_matmul(row, qw, QuantScheme::Q4_1, true).unwrap();
-    g.set_outputs(&[ce, cat, ex, ga, mp, ap, kva, am, acl, dq, dq8]).unwrap();
+    let dq = g.dequant_matmul(row, qw, QuantScheme::Q4_1, ActivationQuant::F32).unwrap();
+    let dq8 = g.dequant_matmul(row, qw, QuantScheme::Q4_1, ActivationQuant::Q8).unwrap();
+    let dq16 = g.dequant_matmul(row, qw, QuantScheme::Q4_1, ActivationQuant::Q16).unwrap();
+    g.set_outputs(&[ce, cat, ex, ga, mp, ap, kva, am, acl, dq, dq8, dq16]).unwrap();
     g
 }
 
@@ -81,6 +82,28 @@ fn every_op_round_trips_through_json_and_runs_identically() {
     let (a, b) = (run(&g), run(&back));
     assert_eq!(a, b);
     assert!(a[0].to_f32_vec()[0].is_finite());
+}
+
+/// Documents written before activations had three choices (`"q8_activations": bool`)
+/// still load, as `q8` / `f32`; an unknown choice is an error naming it.
+#[test]
+fn the_former_q8_activations_flag_still_loads() {
+    let g = every_op_graph();
+    let text = g.to_json().unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let dq8 = doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|n| n["op"]["dequant_mat_mul"]["activations"] == "q8")
+        .unwrap();
+    let op = &mut doc["nodes"][dq8]["op"]["dequant_mat_mul"];
+    op.as_object_mut().unwrap().remove("activations");
+    op["q8_activations"] = true.into();
+    assert_eq!(Graph::from_json(&doc.to_string()).unwrap(), g);
+    doc["nodes"][dq8]["op"]["dequant_mat_mul"]["q8_activations"] = "q4".into();
+    let e = Graph::from_json(&doc.to_string()).unwrap_err();
+    assert!(e.message().contains("\"q4\""), "{e}");
 }
 
 #[test]

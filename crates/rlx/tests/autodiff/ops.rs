@@ -4,6 +4,7 @@
 //! domain (chosen away from kinks and ties), dtype f64, tolerance.
 
 use super::*;
+use rlx::ir::ActivationQuant;
 use rlx::ir::quant::{QuantScheme, quantize};
 
 /// Relative step of the central differences: truncation error ~h^2, rounding ~eps/h.
@@ -311,7 +312,7 @@ pub(super) fn sequence_cases() -> Vec<Case> {
                 let bytes = HostTensor::from_bytes(DType::U8, &[3, 68], packed.clone())?;
                 let w = g.constant_tensor(bytes)?;
                 let x32 = g.cast(x[0], DType::F32)?;
-                let y = g.dequant_matmul(x32, w, QuantScheme::Q8_0, false)?;
+                let y = g.dequant_matmul(x32, w, QuantScheme::Q8_0, ActivationQuant::F32)?;
                 g.cast(y, DType::F64)
             }
         }),
@@ -319,7 +320,7 @@ pub(super) fn sequence_cases() -> Vec<Case> {
             let bytes = HostTensor::from_bytes(DType::U8, &[3, 68], packed.clone())?;
             let w = g.constant_tensor(bytes)?;
             let x32 = g.cast(x[0], DType::F32)?;
-            let y = g.dequant_matmul(x32, w, QuantScheme::Q8_0, false)?;
+            let y = g.dequant_matmul(x32, w, QuantScheme::Q8_0, ActivationQuant::F32)?;
             g.cast(y, DType::F64)
         }),
     ]

@@ -45,7 +45,7 @@ fn quantized_matmuls_in_every_gpu_scheme() {
         return;
     }
     for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0] {
-        for q8 in [false, true] {
+        for act in [ActivationQuant::F32, ActivationQuant::Q8, ActivationQuant::Q16] {
             for (m, k, n) in [(1, 32, 1), (3, 64, 17), (5, 256, 33), (19, 288, 70), (9, 32, 65)] {
                 let mut rng = rlx_oracle::Rng::new(k as u64 + n as u64);
                 let w: Vec<f32> = (0..n * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
@@ -54,10 +54,10 @@ fn quantized_matmuls_in_every_gpu_scheme() {
                 let mut g = Graph::new("qmm");
                 let x = g.input("x", DType::F32, &[m, k]).unwrap();
                 let wq = g.param("w", DType::U8, &[n, row]).unwrap();
-                let y = g.dequant_matmul(x, wq, scheme, q8).unwrap();
+                let y = g.dequant_matmul(x, wq, scheme, act).unwrap();
                 let d = g.dequantize(wq, scheme).unwrap();
                 g.set_outputs(&[y, d]).unwrap();
-                let name = format!("{} q8={q8} {m}x{k}x{n}", scheme.name());
+                let name = format!("{} {act:?} {m}x{k}x{n}", scheme.name());
                 let mut case = Case::new(&name, g, k, 9, -1.0, 1.0, 1).unwrap();
                 case.params = vec![("w".into(), HostTensor::from_bytes(DType::U8, &[n, row], bytes).unwrap())];
                 check(&case);

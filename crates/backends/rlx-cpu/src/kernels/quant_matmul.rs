@@ -20,10 +20,12 @@
 //! the last bits (lane order of the f32 sums); each is checked against an f64 oracle.
 
 use super::matmul::Gemm;
+use super::quant_gemm;
 use crate::arena::{Args, Out, out_mut};
 use crate::features::{Arm, features};
 use crate::multiversion;
 use rayon::prelude::*;
+use rlx_ir::ActivationQuant;
 use rlx_ir::quant::{QuantScheme, dequantize_block};
 use rlx_ir::{Error, Result};
 
@@ -57,16 +59,22 @@ pub struct QuantMatMulPlan {
     pub k: usize,
     pub n: usize,
     pub scheme: QuantScheme,
-    pub q8: bool,
+    pub activations: ActivationQuant,
     pub threads: usize,
 }
 
 impl QuantMatMulPlan {
     /// The plan for `x` (dims `[.., k]`) times weights `w` (dims `[n, row_bytes]`).
-    pub fn new(x: &[usize], w: &[usize], scheme: QuantScheme, q8: bool, threads: usize) -> QuantMatMulPlan {
+    pub fn new(
+        x: &[usize],
+        w: &[usize],
+        scheme: QuantScheme,
+        activations: ActivationQuant,
+        threads: usize,
+    ) -> QuantMatMulPlan {
         let k = *x.last().unwrap_or(&0);
         let m = x[..x.len().saturating_sub(1)].iter().product();
-        QuantMatMulPlan { m, k, n: w[0], scheme, q8, threads }
+        QuantMatMulPlan { m, k, n: w[0], scheme, activations, threads }
     }
 
     fn row_bytes(&self) -> usize {
@@ -93,23 +101,30 @@ pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], o
             p.scheme.name()
         )));
     }
-    if p.q8 && !p.k.is_multiple_of(Q8_BLOCK) {
-        return Err(Error::shape(format!("q8 activations need k a multiple of 32, got {}", p.k)));
+    if p.activations != ActivationQuant::F32 && !p.k.is_multiple_of(Q8_BLOCK) {
+        return Err(Error::shape(format!("{:?} activations need k a multiple of 32, got {}", p.activations, p.k)));
     }
     let arm = arm.min(Arm::best());
     if p.m == 0 || p.n == 0 {
         return Ok(());
     }
-    if p.q8 {
-        q8_matmul(p, arm, x, w, out);
-    } else if p.m <= GEMV_ROWS {
+    match p.activations {
+        ActivationQuant::Q8 => q8_matmul(p, arm, x, w, out),
+        ActivationQuant::Q16 => q16_matmul(p, arm, x, w, out),
+        ActivationQuant::F32 => f32_matmul(p, arm, x, w, out),
+    }
+    Ok(())
+}
+
+/// The product with f32 activations, by the number of rows.
+fn f32_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    if p.m <= GEMV_ROWS {
         gemv_rows(p, arm, x, w, out);
     } else if p.m <= DOT_ROWS && arm >= Arm::Avx512 {
         dot_tiles(p, arm, x, w, out);
     } else {
         tiled_gemm(p, arm, x, w, out);
     }
-    Ok(())
 }
 
 /// Runs `f(row, first_column, out_chunk)` over chunks of each output row, in parallel
@@ -298,6 +313,89 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
             _ => par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o)),
         }
     })
+}
+
+/// The product with 16-bit activations: the integer GEMM where it runs the scheme and the
+/// rows are enough to pay for unpacking every weight; otherwise each row is quantized,
+/// restored to f32 (`q * d`, rounded) and multiplied on the f32 path.
+fn q16_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    let (m, k) = (p.m, p.k);
+    let nb = k / Q8_BLOCK;
+    if m >= quant_gemm::GEMM_ROWS && quant_gemm::available(p.scheme, arm) {
+        return q16_gemm(p, arm, x, w, out);
+    }
+    let (mut q, mut d, mut s) = (vec![0i16; k], vec![0f32; nb], vec![0f32; nb]);
+    let mut restored = vec![0f32; m * k];
+    for (row, x) in restored.chunks_exact_mut(k).zip(x.chunks_exact(k)) {
+        quantize_q16_row(arm, x, &mut q, &mut d, &mut s);
+        for (b, (row, q)) in row.chunks_exact_mut(Q8_BLOCK).zip(q.chunks_exact(Q8_BLOCK)).enumerate() {
+            for (v, &q) in row.iter_mut().zip(q) {
+                *v = q as f32 * d[b];
+            }
+        }
+    }
+    f32_matmul(p, arm, &restored, w, out)
+}
+
+/// [`q16_matmul`] through [`quant_gemm`]: the rows quantized, with the sums of their
+/// quants per weight group.
+fn q16_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    let (m, k) = (p.m, p.k);
+    let nb = k / Q8_BLOCK;
+    let group = quant_gemm::group_size(p.scheme).unwrap_or(Q8_BLOCK);
+    let groups = k / group;
+    // Scratch: m * nb scales, m * nb sums, m * groups group terms, then m * k values.
+    let floats = 2 * m * nb + m * groups + (m * k).div_ceil(2);
+    crate::threads::with_scratch::<f32, _>(floats, |scratch| {
+        let (d, rest) = scratch.split_at_mut(m * nb);
+        let (s, rest) = rest.split_at_mut(m * nb);
+        let (ds, values) = rest.split_at_mut(m * groups);
+        // SAFETY: the scratch is 8-aligned, so `values` (a whole number of f32s) is
+        // 2-aligned; it holds at least m * k i16 and every bit pattern is valid.
+        let q = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<i16>(), m * k) };
+        for i in 0..m {
+            let (qi, di, si) = (&mut q[i * k..][..k], &mut d[i * nb..][..nb], &mut s[i * nb..][..nb]);
+            quantize_q16_row(arm, &x[i * k..][..k], qi, di, si);
+            let dsi = &mut ds[i * groups..][..groups];
+            if group == Q8_BLOCK {
+                dsi.copy_from_slice(si);
+            } else {
+                for (gi, t) in dsi.iter_mut().enumerate() {
+                    let sum: i32 = qi[gi * group..][..group].iter().map(|&v| v as i32).sum();
+                    *t = di[gi * group / Q8_BLOCK] * sum as f32;
+                }
+            }
+        }
+        let acts = quant_gemm::Acts { m, k, q, d, ds };
+        quant_gemm::gemm(arm, p.scheme, &acts, p.n, w, p.threads, out);
+    })
+}
+
+multiversion! {
+    /// Quantizes `x` (whole blocks of 32) to 16 bits: `d = max|x| / 32767` (NaN if a value
+    /// is), `q = round(x * (1 / d))` half away from zero, saturated (a NaN product gives 0),
+    /// `s = d * sum(q)`. Written without `round` (a libm call per value where SSE4.1 is not
+    /// assumed) so that every arm vectorizes it, with the same bits: the magnitude's bits
+    /// are maxed as integers (a NaN's exceed infinity's), and the product is truncated,
+    /// then stepped away from zero when the dropped part is at least 1/2 (exact below 2^23).
+    pub fn quantize_q16_row(x: &[f32], q: &mut [i16], d: &mut [f32], s: &mut [f32]) {
+        for (b, (xs, qs)) in x.chunks_exact(Q8_BLOCK).zip(q.chunks_exact_mut(Q8_BLOCK)).enumerate() {
+            let amax = f32::from_bits(xs.iter().fold(0u32, |m, &v| m.max(v.to_bits() & 0x7FFF_FFFF)));
+            let scale = amax / 32767.0;
+            let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+            let mut sum = 0i32;
+            for (qv, &v) in qs.iter_mut().zip(xs) {
+                let t = v * inv;
+                let r = (t as i32).clamp(-32768, 32767);
+                let dropped = t - r as f32;
+                let r = (r + (dropped >= 0.5) as i32 - (dropped <= -0.5) as i32).clamp(-32768, 32767);
+                *qv = r as i16;
+                sum += r;
+            }
+            d[b] = scale;
+            s[b] = scale * sum as f32;
+        }
+    }
 }
 
 /// `out[j] = W[j] . a` for the `out.len()` weight rows in the bytes.

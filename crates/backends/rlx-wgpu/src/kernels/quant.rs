@@ -1,15 +1,15 @@
 //! Matmul against GGML blocks (Q4_0, Q4_1, Q8_0) and dequantize, through one block
 //! decoder per scheme. The weight bytes stay packed in u32 words. The matmul stages activation rows in shared memory, decodes each
-//! weight block once for all the rows it serves, and with q8 activations quantizes each
-//! staged 32-value block once, as the reference does (scale `max|x| / 127`, round half
-//! away from zero), taking integer dots scaled per block.
+//! weight block once for all the rows it serves, and with 8- or 16-bit activations
+//! quantizes each staged 32-value block once, as the reference does (scale `max|x| / 127`
+//! or `/ 32767`, round half away from zero), taking integer dots scaled per block.
 
 use super::{Call, Tensor, Word, u32s, within_loop_limit};
-use rlx_ir::QuantScheme;
+use rlx_ir::{ActivationQuant, QuantScheme};
 
 /// Activation rows per workgroup, and k values staged in shared memory per pass: each
 /// decoded weight block serves `ROWS` rows, and a pass's 8 x 8 (row, block) statistics
-/// (sums, q8 scales) are one per thread of the 64.
+/// (sums, activation scales) are one per thread of the 64.
 const ROWS: usize = 8;
 const CHUNK: usize = 256;
 
@@ -68,7 +68,7 @@ fn decode(o: u32, q: ptr<function, array<i32, 32>>) -> vec2<f32> {{
 
 /// `x [.., k] @ W^T`, W `[n, row_bytes]` in `scheme`: a workgroup takes 64 output
 /// columns of `ROWS` activation rows and walks k in passes of `CHUNK` staged values.
-pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> Option<Call> {
+pub fn dequant_matmul(scheme: QuantScheme, activations: ActivationQuant, x: &Tensor, w: &Tensor) -> Option<Call> {
     let decoder = block_decoder(scheme, 1)?;
     if w.elem_bytes != 1 || x.compute_word(false)? != Word::F32 {
         return None;
@@ -87,10 +87,10 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
     let meta = u32s([k, n, w.dims[1], m, scheme.block_bytes()]);
     let staged = ROWS * CHUNK;
     // Each pass, thread `li` summarizes (row li / 8, block li % 8). Float: the pass's x
-    // staged in shared memory, and each block's sum (for Q4_1's min). q8: the block
-    // quantized straight from memory (shared memory holds only the 8-bit values as i32,
+    // staged in shared memory, and each block's sum (for Q4_1's min). Quantized: the block
+    // quantized straight from memory (shared memory holds only the integer values as i32,
     // scales and sums: 8.5 KiB, inside WebGPU's 16 KiB floor).
-    let (shared, stage, dot) = if q8 {
+    let (shared, stage, dot) = if activations != ActivationQuant::F32 {
         (
             format!("var<workgroup> qs: array<i32, {staged}>;\nvar<workgroup> scale: array<f32, 64>;\n"),
             "let valid = li / 8u < rows && li % 8u < nb;
@@ -101,7 +101,7 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
                 if (valid) { v = t0[o0(src + j)]; }
                 if (abs(v) > amax || is_nan(v)) { amax = abs(v); }
             }
-            let dx = amax / 127.0;
+            let dx = amax / LEVELS;
             let inv = select(0.0, 1.0 / dx, dx != 0.0);
             var qsum = 0;
             for (var j = 0u; j < 32u; j++) {
@@ -137,7 +137,11 @@ pub fn dequant_matmul(scheme: QuantScheme, q8: bool, x: &Tensor, w: &Tensor) -> 
                     acc[r] += dm.x * dot + dm.y * sums[r * 8u + b];",
         )
     };
-    let stage = stage.replace("STAGEDu", &format!("{staged}u")).replace("CHUNKu", &format!("{CHUNK}u"));
+    let levels = format!("{:.1}", activations.levels().unwrap_or(1.0));
+    let stage = stage
+        .replace("STAGEDu", &format!("{staged}u"))
+        .replace("CHUNKu", &format!("{CHUNK}u"))
+        .replace("LEVELS", &levels);
     let body = format!(
         r#"{decoder}{shared}var<workgroup> sums: array<f32, 64>;
 @compute @workgroup_size(64)

@@ -1,0 +1,423 @@
+//! The 16-bit activation path's long products (a prompt pass): an integer GEMM over
+//! weights unpacked once per call.
+//!
+//! Every supported scheme decodes to `w = sw * u + ow` per group of `G` values (32, or 16
+//! for Q6_K's sub-blocks), with `u` a small unsigned integer: Q4_0 `u = q`, `ow = -8 d`;
+//! Q4_1 / Q5_1 `ow = m`; Q5_0 `ow = -16 d`; Q8_0 `u = q + 128`, `ow = -128 d`; Q4_K / Q5_K
+//! `sw = d sc`, `ow = -dmin mn`; Q6_K `sw = d sc`, `ow = -32 d sc`. With an activation row
+//! quantized as `x = da * q` per block of 32 (16-bit `q`), one output is
+//!
+//! `sum_g da_g (sw_g * sum_{k in g} u_k q_k + ow_g * sum_{k in g} q_k)`,
+//!
+//! the inner sums exact in 32-bit integers (at most 32 x 255 x 32767 < 2^31).
+//!
+//! The weights of 48 output columns (a panel) are unpacked once into `vpdpwssd` order
+//! (16 columns x 2 consecutive weights per vector), then every activation row streams
+//! past them: per group, `G / 2` integer dot instructions for 16 columns x 1 row (32
+//! products each, twice an f32 FMA's 16), one conversion and two FMAs. Each output's sum
+//! runs in one order whatever the row or thread count.
+
+use crate::features::{Arm, features};
+use crate::multiversion;
+use rlx_ir::quant::{QuantScheme, k_scale_min};
+
+/// Activation rows from which the 16-bit path takes this GEMM. One row goes through the
+/// f32 GEMV, which decodes each weight into registers instead of unpacking it to memory.
+/// One thread, AMD EPYC, Gemma 3 270M's shapes, ms (GEMM / f32 kernels on the restored
+/// rows): 1 row Q5_0 0.45 / 0.56, Q4_1 0.39 / 0.22; 2 rows Q5_0 0.50 / 0.68, Q6_K 0.37 /
+/// 1.65, Q4_1 0.44 / 0.42; 8 rows Q6_K 0.55 / 7.98, Q4_1 0.46 / 0.88.
+pub const GEMM_ROWS: usize = 2;
+
+/// Output columns per vector, and vectors per panel.
+const LANES: usize = 16;
+const VECS: usize = 3;
+const PANEL: usize = LANES * VECS;
+
+/// Whether this GEMM runs `scheme` on `arm` on this host.
+pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
+    let f = features();
+    cfg!(target_arch = "x86_64") && arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && group_size(scheme).is_some()
+}
+
+/// Values per scale group (`sw`, `ow`) of the unpacked weights.
+pub(super) fn group_size(scheme: QuantScheme) -> Option<usize> {
+    match scheme {
+        QuantScheme::Q4_0
+        | QuantScheme::Q4_1
+        | QuantScheme::Q5_0
+        | QuantScheme::Q5_1
+        | QuantScheme::Q8_0
+        | QuantScheme::Q4K
+        | QuantScheme::Q5K => Some(32),
+        QuantScheme::Q6K => Some(16),
+        _ => None,
+    }
+}
+
+/// Activation rows quantized to 16 bits, element order: `q` holds `k` values a row, `d`
+/// one scale per 32 values, `ds[g] = d * sum(q in g)` per weight group.
+pub(super) struct Acts<'a> {
+    pub m: usize,
+    pub k: usize,
+    pub q: &'a [i16],
+    pub d: &'a [f32],
+    pub ds: &'a [f32],
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    rlx_ir::f16_bits_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// The 32 nibbles of a 4-bit block: low halves first, then high halves.
+#[inline(always)]
+fn nibbles(qs: &[u8], u: &mut [u8]) {
+    let (qs, u) = (&qs[..16], &mut u[..32]);
+    for j in 0..16 {
+        u[j] = qs[j] & 0xF;
+        u[j + 16] = qs[j] >> 4;
+    }
+}
+
+/// ORs bit `j` of `qh` into value `j` as its fifth bit (Q5_0, Q5_1).
+#[inline(always)]
+fn fifth_bits(qh: u32, u: &mut [u8]) {
+    for (j, v) in u[..32].iter_mut().enumerate() {
+        *v |= (((qh >> j) & 1) as u8) << 4;
+    }
+}
+
+/// Block `b` of `scheme` as unsigned bytes `u` (element order) and per-group `sw`, `ow`.
+/// Inlined into each arm of `unpack_rows`, so that its loops vectorize there.
+#[inline(always)]
+fn unpack_block(scheme: QuantScheme, b: &[u8], u: &mut [u8], sw: &mut [f32], ow: &mut [f32]) {
+    match scheme {
+        QuantScheme::Q4_0 => {
+            let d = f16_at(b, 0);
+            nibbles(&b[2..18], u);
+            (sw[0], ow[0]) = (d, -8.0 * d);
+        }
+        QuantScheme::Q4_1 => {
+            nibbles(&b[4..20], u);
+            (sw[0], ow[0]) = (f16_at(b, 0), f16_at(b, 2));
+        }
+        QuantScheme::Q5_0 => {
+            let d = f16_at(b, 0);
+            nibbles(&b[6..22], u);
+            fifth_bits(u32::from_le_bytes([b[2], b[3], b[4], b[5]]), u);
+            (sw[0], ow[0]) = (d, -16.0 * d);
+        }
+        QuantScheme::Q5_1 => {
+            nibbles(&b[8..24], u);
+            fifth_bits(u32::from_le_bytes([b[4], b[5], b[6], b[7]]), u);
+            (sw[0], ow[0]) = (f16_at(b, 0), f16_at(b, 2));
+        }
+        QuantScheme::Q8_0 => {
+            let d = f16_at(b, 0);
+            for (v, &q) in u[..32].iter_mut().zip(&b[2..34]) {
+                *v = q ^ 0x80;
+            }
+            (sw[0], ow[0]) = (d, -128.0 * d);
+        }
+        QuantScheme::Q4K | QuantScheme::Q5K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let (sc, mn) = k_scale_min(&b[4..16]);
+            let (qh, qs) =
+                if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            for pair in 0..4 {
+                for l in 0..32 {
+                    let byte = qs[pair * 32 + l];
+                    let (mut lo, mut hi) = (byte & 0xF, byte >> 4);
+                    if let Some(qh) = qh {
+                        lo |= ((qh[l] >> (2 * pair)) & 1) << 4;
+                        hi |= ((qh[l] >> (2 * pair + 1)) & 1) << 4;
+                    }
+                    u[pair * 64 + l] = lo;
+                    u[pair * 64 + 32 + l] = hi;
+                }
+            }
+            for j in 0..8 {
+                (sw[j], ow[j]) = (d * sc[j] as f32, -dmin * mn[j] as f32);
+            }
+        }
+        QuantScheme::Q6K => {
+            let (ql, qh, scales, d) = (&b[0..128], &b[128..192], &b[192..208], f16_at(b, 208));
+            for h in 0..2 {
+                let (ql, qh, u) = (&ql[h * 64..][..64], &qh[h * 32..][..32], &mut u[h * 128..][..128]);
+                for l in 0..32 {
+                    let hb = qh[l];
+                    u[l] = (ql[l] & 0xF) | ((hb & 3) << 4);
+                    u[l + 32] = (ql[l + 32] & 0xF) | (((hb >> 2) & 3) << 4);
+                    u[l + 64] = (ql[l] >> 4) | (((hb >> 4) & 3) << 4);
+                    u[l + 96] = (ql[l + 32] >> 4) | (((hb >> 6) & 3) << 4);
+                }
+            }
+            for (g, &s) in scales.iter().enumerate() {
+                let scale = d * (s as i8) as f32;
+                (sw[g], ow[g]) = (scale, -32.0 * scale);
+            }
+        }
+        _ => unreachable!("quant_gemm: {scheme:?} has no unpacked form"),
+    }
+}
+
+/// One panel's unpacked weights: `values[p][v]` is a vector of 16 columns x weights
+/// `2p, 2p + 1` as `i16` pairs (`vpdpwssd`'s operand), stored as one `u32` per column;
+/// `sw[g][v]`, `ow[g][v]` their 16 columns' group terms. Columns past the weight rows are
+/// zero. `rows` is scratch: the panel's weights as bytes, a row per column.
+struct Panel {
+    values: Vec<u32>,
+    sw: Vec<f32>,
+    ow: Vec<f32>,
+    rows: Vec<u8>,
+}
+
+impl Panel {
+    fn new(k: usize, g: usize) -> Panel {
+        let terms = k / g * PANEL;
+        Panel { values: vec![0; k / 2 * PANEL], sw: vec![0.0; terms], ow: vec![0.0; terms], rows: vec![0; k * PANEL] }
+    }
+
+    /// Unpacks weight rows `w` (`n` whole rows of `k` values, at most `PANEL`).
+    fn fill(&mut self, arm: Arm, scheme: QuantScheme, k: usize, g: usize, w: &[u8], n: usize) {
+        if n < PANEL {
+            self.rows.fill(0);
+            self.sw.fill(0.0);
+            self.ow.fill(0.0);
+        }
+        unpack_rows(arm, scheme, k, g, w, n, self);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: panels are filled only where `available` found AVX-512 BW/VL; `rows`
+        // holds PANEL rows of k bytes and `values` k / 2 x PANEL words.
+        unsafe {
+            x86::interleave_avx512(k, &self.rows, &mut self.values)
+        };
+    }
+}
+
+multiversion! {
+    /// Each of the `n` weight rows in `w` as bytes (the panel's `rows`, `k` a row) and its
+    /// group terms (`sw`, `ow` in panel order).
+    fn unpack_rows(scheme: QuantScheme, k: usize, g: usize, w: &[u8], n: usize, panel: &mut Panel) {
+        let Panel { rows, sw, ow, .. } = panel;
+        let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
+        let rb = k / bs * bb;
+        let (mut bsw, mut bow) = ([0f32; 16], [0f32; 16]);
+        let per_block = bs / g;
+        for col in 0..n {
+            let (v, lane) = (col / LANES, col % LANES);
+            let row = &mut rows[col * k..][..k];
+            for (c, block) in w[col * rb..][..rb].chunks_exact(bb).enumerate() {
+                unpack_block(scheme, block, &mut row[c * bs..][..bs], &mut bsw, &mut bow);
+                for gi in 0..per_block {
+                    let at = ((c * per_block + gi) * VECS + v) * LANES + lane;
+                    (sw[at], ow[at]) = (bsw[gi], bow[gi]);
+                }
+            }
+        }
+    }
+}
+
+/// `out [m, n] = x @ W^T` for the 16-bit activations `acts` and the `n` weight rows in `w`,
+/// split by panels across the current pool's threads (at most `threads`).
+pub(super) fn gemm(arm: Arm, scheme: QuantScheme, acts: &Acts, n: usize, w: &[u8], threads: usize, out: &mut [f32]) {
+    // The vector code below runs only on this check.
+    assert!(available(scheme, arm), "quant_gemm: {scheme:?} on {arm:?} is not available on this host");
+    let (m, k) = (acts.m, acts.k);
+    let g = group_size(scheme).unwrap_or(32);
+    let rb = k / scheme.block_size() * scheme.block_bytes();
+    assert!(
+        out.len() == m * n
+            && w.len() == n * rb
+            && acts.q.len() == m * k
+            && acts.d.len() == m * k / 32
+            && acts.ds.len() == m * k / g
+    );
+    struct Out(*mut f32);
+    // SAFETY: each panel writes only its own columns of each row (below).
+    unsafe impl Sync for Out {}
+    let base = &Out(out.as_mut_ptr());
+    let run = |p: usize, panel: &mut Panel| {
+        let j0 = p * PANEL;
+        let cols = PANEL.min(n - j0);
+        panel.fill(arm, scheme, k, g, &w[j0 * rb..][..cols * rb], cols);
+        // SAFETY: out holds m * n values; this panel writes columns j0..j0 + cols of each
+        // row, which no other panel touches; the features were checked by `available`.
+        unsafe { panel_rows(panel, g, acts, base.0.add(j0), n, cols) };
+    };
+    let panels = n.div_ceil(PANEL);
+    let threads = crate::threads::current().min(threads);
+    if threads <= 1 || panels == 1 {
+        let mut panel = Panel::new(k, g);
+        (0..panels).for_each(|p| run(p, &mut panel));
+    } else {
+        use rayon::prelude::*;
+        (0..panels).into_par_iter().for_each_init(|| Panel::new(k, g), |panel, p| run(p, panel));
+    }
+}
+
+/// Every activation row against one panel, [`x86::tile_avx512`] 4 rows at a time.
+///
+/// # Safety
+/// The host has AVX-512 F/BW/VL/DQ and VNNI; `out` points at column 0 of the panel in an
+/// `m x n` row-major output, `cols` of its columns are written.
+unsafe fn panel_rows(panel: &Panel, g: usize, acts: &Acts, out: *mut f32, n: usize, cols: usize) {
+    let m = acts.m;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        let mut i = 0;
+        macro_rules! tiles {
+            ($rows:literal) => {{
+                while m - i >= $rows {
+                    let o = out.add(i * n);
+                    if g == 16 {
+                        x86::tile_avx512::<$rows, 16>(panel, acts, i, o, n, cols);
+                    } else {
+                        x86::tile_avx512::<$rows, 32>(panel, acts, i, o, n, cols);
+                    }
+                    i += $rows;
+                }
+            }};
+        }
+        tiles!(4);
+        tiles!(1);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (panel, g, acts, out, n, cols);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Acts, LANES, Panel, VECS};
+    use std::arch::x86_64::*;
+
+    /// `values[p][v][lane] = rows[16 v + lane][2p, 2p + 1]` widened to an `i16` pair: per
+    /// 16 columns x 16 pairs, a 16 x 16 transpose of 16-bit pairs in four unpack stages,
+    /// then each pair's bytes zero-extended (strided byte loads cost ~2.5 cycles a weight:
+    /// most of a 4-row product's time).
+    ///
+    /// # Safety
+    /// The host has AVX-512 F/BW/VL and AVX2.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    pub unsafe fn interleave_avx512(k: usize, rows: &[u8], values: &mut [u32]) {
+        assert!(k.is_multiple_of(32) && rows.len() >= VECS * LANES * k && values.len() >= k / 2 * VECS * LANES);
+        // SAFETY (whole body): loads read 32 bytes at pair p0 of a row (2 p0 + 32 <= k);
+        // stores write 16 words at pair p0 + c of vector v, inside `values` (checked above).
+        unsafe {
+            let (src, dst) = (rows.as_ptr(), values.as_mut_ptr());
+            let zero = _mm256_setzero_si256();
+            for v in 0..VECS {
+                for p0 in (0..k / 2).step_by(16) {
+                    let mut r = [zero; 16];
+                    for (lane, r) in r.iter_mut().enumerate() {
+                        *r = _mm256_loadu_si256(src.add((v * LANES + lane) * k + 2 * p0) as *const __m256i);
+                    }
+                    // Rows 2i, 2i + 1 interleaved by pair: pairs 0-3 (4-7) of each half.
+                    let mut t = [zero; 16];
+                    for i in 0..8 {
+                        t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+                        t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+                    }
+                    // Rows 4i..4i + 4 by two pairs: u[4i + c] holds pairs 2c, 2c + 1.
+                    let mut u = [zero; 16];
+                    for i in 0..4 {
+                        u[4 * i] = _mm256_unpacklo_epi32(t[4 * i], t[4 * i + 2]);
+                        u[4 * i + 1] = _mm256_unpackhi_epi32(t[4 * i], t[4 * i + 2]);
+                        u[4 * i + 2] = _mm256_unpacklo_epi32(t[4 * i + 1], t[4 * i + 3]);
+                        u[4 * i + 3] = _mm256_unpackhi_epi32(t[4 * i + 1], t[4 * i + 3]);
+                    }
+                    // Rows 8j..8j + 8: w[8j + c] holds pair c (low half) and c + 8 (high).
+                    let mut w = [zero; 16];
+                    for j in 0..2 {
+                        for c in 0..4 {
+                            w[8 * j + 2 * c] = _mm256_unpacklo_epi64(u[8 * j + c], u[8 * j + 4 + c]);
+                            w[8 * j + 2 * c + 1] = _mm256_unpackhi_epi64(u[8 * j + c], u[8 * j + 4 + c]);
+                        }
+                    }
+                    for c in 0..8 {
+                        let lo = _mm256_permute2x128_si256::<0x20>(w[c], w[8 + c]);
+                        let hi = _mm256_permute2x128_si256::<0x31>(w[c], w[8 + c]);
+                        let at = |pair: usize| dst.add((pair * VECS + v) * LANES) as *mut __m512i;
+                        _mm512_storeu_si512(at(p0 + c), _mm512_cvtepu8_epi16(lo));
+                        _mm512_storeu_si512(at(p0 + c + 8), _mm512_cvtepu8_epi16(hi));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows `i0..i0 + R` of `acts` against the panel: per group, `G / 4` steps of one
+    /// `vpdpbusd` per (row, 16 columns), the 4 activation bytes broadcast; then the group's
+    /// integer sums converted and scaled by `sw * da`, and `ow * ds` added.
+    ///
+    /// # Safety
+    /// The host has AVX-512 F/BW/VL/DQ and VNNI; the panel was filled for `acts.k` and `G`;
+    /// `out` points at row `i0`, column 0 of the panel in a row-major output `n` wide.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")]
+    pub unsafe fn tile_avx512<const R: usize, const G: usize>(
+        panel: &Panel,
+        acts: &Acts,
+        i0: usize,
+        out: *mut f32,
+        n: usize,
+        cols: usize,
+    ) {
+        let k = acts.k;
+        let groups = k / G;
+        let steps = G / 2;
+        // SAFETY (whole body): the panel holds `groups` groups of `steps` x VECS vectors
+        // and VECS x 16 terms per group; rows i0..i0 + R of `acts` hold k bytes, k / 32
+        // scales and `groups` sums; the stores stay within `cols` columns of R rows.
+        unsafe {
+            let (wp, swp, owp) = (panel.values.as_ptr(), panel.sw.as_ptr(), panel.ow.as_ptr());
+            let (mut q, mut d, mut ds) =
+                ([std::ptr::null::<i16>(); R], [std::ptr::null::<f32>(); R], [std::ptr::null::<f32>(); R]);
+            for r in 0..R {
+                q[r] = acts.q.as_ptr().add((i0 + r) * k);
+                d[r] = acts.d.as_ptr().add((i0 + r) * (k / 32));
+                ds[r] = acts.ds.as_ptr().add((i0 + r) * groups);
+            }
+            let mut acc = [[_mm512_setzero_ps(); VECS]; R];
+            let (mut wv, mut sw, mut ow) =
+                ([_mm512_setzero_si512(); VECS], [_mm512_setzero_ps(); VECS], [_mm512_setzero_ps(); VECS]);
+            for grp in 0..groups {
+                let mut isum = [[_mm512_setzero_si512(); VECS]; R];
+                let wg = wp.add(grp * steps * VECS * LANES);
+                for t in 0..steps {
+                    for (v, wv) in wv.iter_mut().enumerate() {
+                        *wv = _mm512_loadu_si512(wg.add((t * VECS + v) * LANES) as *const __m512i);
+                    }
+                    for r in 0..R {
+                        let a = _mm512_set1_epi32((q[r].add(grp * G + t * 2) as *const i32).read_unaligned());
+                        for v in 0..VECS {
+                            isum[r][v] = _mm512_dpwssd_epi32(isum[r][v], wv[v], a);
+                        }
+                    }
+                }
+                for v in 0..VECS {
+                    sw[v] = _mm512_loadu_ps(swp.add((grp * VECS + v) * LANES));
+                    ow[v] = _mm512_loadu_ps(owp.add((grp * VECS + v) * LANES));
+                }
+                for r in 0..R {
+                    let da = _mm512_set1_ps(*d[r].add(grp * G / 32));
+                    let dsum = _mm512_set1_ps(*ds[r].add(grp));
+                    for v in 0..VECS {
+                        let scale = _mm512_mul_ps(sw[v], da);
+                        acc[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][v]), scale, acc[r][v]);
+                        acc[r][v] = _mm512_fmadd_ps(ow[v], dsum, acc[r][v]);
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                for (v, &a) in acc.iter().enumerate() {
+                    let first = v * LANES;
+                    if first >= cols {
+                        break;
+                    }
+                    let mask: __mmask16 = if cols - first >= LANES { !0 } else { (1u16 << (cols - first)) - 1 };
+                    _mm512_mask_storeu_ps(out.add(r * n + first), mask, a);
+                }
+            }
+        }
+    }
+}
