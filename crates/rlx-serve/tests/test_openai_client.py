@@ -251,7 +251,8 @@ def max_diff(a, b):
 def test_embeddings_equal_llama_cpp_mean_pooling():
     """/v1/embeddings with an f32 KV cache against llama-embedding --pooling mean
     --embd-normalize 2 on an all-f32 copy (tools/llm/make_embedding_fixtures.py): the
-    bound of the Rust test of the pooled hidden states (crates/rlx-models/tests/llm.rs)."""
+    bound of the Rust test of the pooled hidden states with the default 16-bit prompt
+    activations (crates/rlx-models/tests/llm.rs)."""
     s = Server("--cache-type", "f32", "--parallel", "2")
     try:
         texts = [c["text"] for c in EMBEDDINGS]
@@ -260,7 +261,7 @@ def test_embeddings_equal_llama_cpp_mean_pooling():
         assert [d.index for d in got.data] == list(range(len(texts)))
         assert got.usage.prompt_tokens == sum(len(c["ids"]) for c in EMBEDDINGS)
         for case, d in zip(EMBEDDINGS, got.data):
-            assert max_diff(d.embedding, case["embedding"]) < 2e-6, case["text"][:40]
+            assert max_diff(d.embedding, case["embedding"]) < 1e-4, case["text"][:40]
         # Floats over raw HTTP, one input, as text or as its token ids: the same vector.
         for body in ({"input": texts[0]}, {"input": EMBEDDINGS[0]["ids"], "encoding_format": "float"}):
             status, answer = s.post("/v1/embeddings", body)
