@@ -15,7 +15,7 @@
 mod reader;
 mod writer;
 
-pub use reader::{Gguf, TensorInfo};
+pub use reader::{Gguf, PageRelease, TensorInfo};
 pub use writer::{GgufStream, GgufWriter, TensorHeader};
 
 /// A metadata value.

@@ -53,7 +53,12 @@ pub struct Gguf {
     /// Byte offset of the data section in the file.
     pub data_offset: u64,
     bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    /// The file's mapping, when `bytes` is one (`open`), for [`Gguf::page_release`].
+    map: Option<Arc<memmap2::Mmap>>,
 }
+
+/// Drops the resident pages under a slice of mapped bytes (see [`Gguf::page_release`]).
+pub type PageRelease = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 impl Gguf {
     /// Maps and parses a file.
@@ -63,7 +68,10 @@ impl Gguf {
         // SAFETY: the map is read-only; like every mmap user we assume the file is not
         // truncated underneath us while mapped.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
-        Gguf::parse(Arc::new(map)).map_err(|e| e.context(path.display()))
+        let map = Arc::new(map);
+        let mut gguf = Gguf::parse(map.clone()).map_err(|e| e.context(path.display()))?;
+        gguf.map = Some(map);
+        Ok(gguf)
     }
 
     /// Parses `bytes` (the whole file).
@@ -172,7 +180,7 @@ impl Gguf {
             }
             (version, metadata, tensors, alignment, data_offset)
         };
-        Ok(Gguf { version, metadata, tensors, alignment, data_offset, bytes })
+        Ok(Gguf { version, metadata, tensors, alignment, data_offset, bytes, map: None })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -198,6 +206,35 @@ impl Gguf {
     /// The file's bytes, shared (for binding tensor data zero-copy).
     pub fn shared_bytes(&self) -> Arc<dyn AsRef<[u8]> + Send + Sync> {
         self.bytes.clone()
+    }
+
+    /// For a mapped file (`open`): a function that drops this process's resident pages
+    /// wholly inside a slice of its bytes, for a tensor whose readers now read a copy (a
+    /// kernel's repacked weight). They are read back from the file if touched again.
+    /// None for bytes that are not a file mapping (`parse`), or off Unix.
+    pub fn page_release(&self) -> Option<PageRelease> {
+        #[cfg(unix)]
+        if let Some(map) = &self.map {
+            let map = map.clone();
+            return Some(Arc::new(move |bytes: &[u8]| {
+                const PAGE: usize = 4096;
+                let base = map.as_ptr() as usize;
+                let (start, end) = (bytes.as_ptr() as usize, bytes.as_ptr() as usize + bytes.len());
+                if start < base || end > base + map.len() {
+                    return;
+                }
+                let (first, last) = ((start - base).next_multiple_of(PAGE), (end - base) / PAGE * PAGE);
+                if first < last {
+                    // SAFETY: the map is read-only and the file is not modified while
+                    // mapped (`open`'s assumption), so a dropped page reads back the same
+                    // bytes: no borrow of the mapping sees a change. Failure only leaves the
+                    // pages resident.
+                    let _ =
+                        unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, last - first) };
+                }
+            }));
+        }
+        None
     }
 
     /// Byte range of a tensor's data within the file (checked arithmetic: a foreign

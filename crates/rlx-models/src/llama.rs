@@ -208,8 +208,15 @@ impl Llama {
         });
         let context = if options.context == 0 { c.context_length.min(2048) } else { options.context };
         let bytes = gguf.shared_bytes();
+        // A weight the CPU repacks is then read from the copy: its mapped pages go.
+        let release = gguf.page_release();
         let borrow = |t: &TensorInfo, dtype: DType, dims: &[usize]| {
-            ParamBuffer::from_bytes(dtype, dims, bytes.clone(), gguf.tensor_range(t)).map_err(|e| e.context(&t.name))
+            let buffer = ParamBuffer::from_bytes(dtype, dims, bytes.clone(), gguf.tensor_range(t))
+                .map_err(|e| e.context(&t.name))?;
+            Ok::<_, Error>(match &release {
+                Some(release) => buffer.with_page_release(release.clone()),
+                None => buffer,
+            })
         };
         // Head counts and dims are the file's numbers: their products are checked.
         let width = |heads: usize, key: &str| {

@@ -19,7 +19,7 @@ mod program;
 pub mod threads;
 pub mod vmath;
 
-pub use param::{ParamBuffer, SharedBytes};
+pub use param::{PageRelease, ParamBuffer, SharedBytes};
 pub use program::{CpuProgram, Leaf};
 
 /// Which code path each kernel family takes on this host, for `rlx info`.

@@ -14,6 +14,8 @@
 use crate::arena::{Arena, BufPtr, read_host, write_host};
 use crate::buffer::Class;
 use crate::kernels::packed_gemm::Panels;
+use crate::kernels::q8_packed::Packed;
+use rlx_ir::quant::QuantScheme;
 use rlx_ir::shape::{fmt_type, numel};
 use rlx_ir::{DType, Error, HostTensor, Result};
 use std::ops::Range;
@@ -41,7 +43,16 @@ struct Inner {
     /// The f32 weight packed for `packed_gemm`, per (dims, strides) it is read with;
     /// dropped whenever the bytes change.
     packed: Mutex<Vec<(PackKey, Arc<Panels>)>>,
+    /// The quantized weight repacked for `q8_packed` (per scheme and shape read as);
+    /// dropped whenever the bytes change.
+    q8_packed: Mutex<Vec<Arc<Packed>>>,
+    /// Drops the resident pages of borrowed, file-mapped bytes once a repacked copy
+    /// serves every reader (see [`ParamBuffer::with_page_release`]).
+    page_release: Option<PageRelease>,
 }
+
+/// Drops the resident pages under a slice of file-mapped bytes (`rlx_gguf`'s).
+pub type PageRelease = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// How a product reads a weight: `[k, n]` with (row, column) element strides.
 type PackKey = ((usize, usize), (usize, usize));
@@ -82,7 +93,21 @@ impl ParamBuffer {
             storage: Storage::Owned { _memory: arena },
             lock: Mutex::new(()),
             packed: Mutex::default(),
+            q8_packed: Mutex::default(),
+            page_release: None,
         })))
+    }
+
+    /// A borrowed buffer whose bytes are mapped from a file: once a kernel reads a
+    /// repacked copy instead (the 8-bit decode's `q8_packed`, which the 16-bit prompt GEMM
+    /// reads too), `release` drops the file's pages under the bytes, so the weight is not
+    /// resident twice. Other buffers are returned as they are.
+    pub fn with_page_release(mut self, release: PageRelease) -> ParamBuffer {
+        let borrowed = self.is_borrowed();
+        if let (Some(inner), true) = (Arc::get_mut(&mut self.0), borrowed) {
+            inner.page_release = Some(release);
+        }
+        self
     }
 
     /// A buffer holding the little-endian tensor in `bytes[range]`. Borrowed without a
@@ -119,6 +144,8 @@ impl ParamBuffer {
             storage: Storage::Borrowed { _bytes: bytes },
             lock: Mutex::new(()),
             packed: Mutex::default(),
+            q8_packed: Mutex::default(),
+            page_release: None,
         })))
     }
 
@@ -232,6 +259,29 @@ impl ParamBuffer {
     /// writes the buffer in place ran).
     pub(crate) fn forget_packed(&self) {
         self.0.packed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.0.q8_packed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// The weight (`n` rows of `k` values in `scheme`) as `q8_packed` reads it, repacked
+    /// on the first call after the bytes last changed. The caller holds the buffer's lock
+    /// (or it is borrowed, never written).
+    pub(crate) fn q8_packed(&self, scheme: QuantScheme, n: usize, k: usize) -> Result<Arc<Packed>> {
+        let mut packed = self.0.q8_packed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = packed.iter().find(|p| (p.scheme, p.n, p.k) == (scheme, n, k)) {
+            return Ok(p.clone());
+        }
+        let row = scheme.row_bytes(k)?;
+        if self.0.class != Class::U8 || self.0.bytes != n * row {
+            return Err(Error::internal(format!(
+                "repacking a {:?} buffer of {} bytes as {n} rows of {k} {scheme:?} values",
+                self.0.class, self.0.bytes
+            )));
+        }
+        // SAFETY: `bytes` bytes from `start`, not written while the caller holds the lock.
+        let bytes = unsafe { std::slice::from_raw_parts(self.0.start.0, self.0.bytes) };
+        let p = Arc::new(Packed::new(scheme, bytes, n, k, self.0.page_release.as_ref()));
+        packed.push(p.clone());
+        Ok(p)
     }
 
     /// The tensor the buffer holds.

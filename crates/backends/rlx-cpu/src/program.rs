@@ -426,7 +426,22 @@ impl CpuProgram {
 /// by every program holding the buffer). A param this program writes in place (a cache)
 /// is read where it lies: it changes during the run. Called with the params' locks held.
 fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], written: &[bool]) -> Result<()> {
+    let buffer_of = |slot: &TSlot| -> Option<&ParamBuffer> {
+        if slot.base == 0 || slot.offset != 0 || written[slot.base - 1] {
+            return None;
+        }
+        param_buffers.get(slot.base - 1)?.as_ref()
+    };
     for t in thunks {
+        if let Kernel::DequantMatMul(plan) = &mut t.kernel {
+            if plan.activations != rlx_ir::ActivationQuant::F32
+                && crate::kernels::q8_packed::available(plan.scheme, crate::features::Arm::best())
+                && let Some(buffer) = buffer_of(&t.ins[1])
+            {
+                plan.packed = Some(buffer.q8_packed(plan.scheme, plan.n, plan.k)?);
+            }
+            continue;
+        }
         let (plan, weights): (&mut matmul::MatMulPlan, &[usize]) = match &mut t.kernel {
             Kernel::MatMul(p) | Kernel::MatMulBias { plan: p, .. } => (p, &[1]),
             Kernel::SwiGluMatMul(p) => (p, &[1, 2]),
@@ -434,11 +449,10 @@ fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], w
         };
         let Some((dims, strides)) = plan.packable() else { continue };
         for &b in weights {
-            let slot = t.ins[b];
-            if slot.base == 0 || slot.offset != 0 || slot.class != Class::F32 || written[slot.base - 1] {
+            if t.ins[b].class != Class::F32 {
                 continue;
             }
-            if let Some(Some(buffer)) = param_buffers.get(slot.base - 1) {
+            if let Some(buffer) = buffer_of(&t.ins[b]) {
                 plan.set_packed(b, buffer.f32_panels(dims, strides)?);
             }
         }

@@ -267,3 +267,54 @@ fn packed_param_weights_follow_every_change() {
         check(&mut b, &weights[1], "rebound");
     }
 }
+
+/// Quantized param weights that the CPU repacks for its 8- and 16-bit activation products
+/// (16 rows side by side, where it has the VNNI kernels) follow every change: a new
+/// `set_param`, a write through another program sharing the buffer, a rebinding. Each
+/// result has the bits of the same weights given as a constant (read where they lie).
+#[test]
+fn repacked_quantized_weights_follow_every_change() {
+    let (m, k, n) = (3, 96, 37);
+    let mut rng = Rng::new(41);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+    for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0] {
+        let row = scheme.row_bytes(k).unwrap();
+        let weights: Vec<HostTensor> = (0..3)
+            .map(|_| {
+                let w: Vec<f32> = (0..n * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+                HostTensor::from_bytes(DType::U8, &[n, row], rlx::ir::quant::quantize(scheme, &w).unwrap()).unwrap()
+            })
+            .collect();
+        // y8, y16 = x @ W^T with 8- and 16-bit activations; W a param or a constant.
+        let build = |constant: Option<&HostTensor>| {
+            let mut g = Graph::new("repacked");
+            let xi = g.input("x", DType::F32, &[m, k]).unwrap();
+            let w = match constant {
+                Some(t) => g.constant_tensor(t.clone()).unwrap(),
+                None => g.param("w", DType::U8, &[n, row]).unwrap(),
+            };
+            let y8 = g.dequant_matmul(xi, w, scheme, ActivationQuant::Q8).unwrap();
+            let y16 = g.dequant_matmul(xi, w, scheme, ActivationQuant::Q16).unwrap();
+            g.set_outputs(&[y8, y16]).unwrap();
+            Session::new(Device::Cpu).unwrap().compile(&g).unwrap()
+        };
+        let bits = |c: &mut CompiledGraph| -> Vec<u32> {
+            c.run(&[("x", &x)]).unwrap().concat().iter().map(|v| v.to_bits()).collect()
+        };
+        let want: Vec<Vec<u32>> = weights.iter().map(|w| bits(&mut build(Some(w)))).collect();
+        assert!(want[0] != want[1], "{}: different weights give different products", scheme.name());
+        let (mut a, mut b) = (build(None), build(None));
+        for (i, w) in weights.iter().enumerate() {
+            a.set_param_typed("w", w).unwrap();
+            assert!(bits(&mut a) == want[i], "{}: set_param {i}", scheme.name());
+        }
+        b.bind_param("w", &a.param_buffer("w").unwrap().unwrap()).unwrap();
+        assert!(bits(&mut b) == want[2], "{}: shared buffer", scheme.name());
+        a.set_param_typed("w", &weights[0]).unwrap();
+        assert!(bits(&mut b) == want[0], "{}: after a write through the other program", scheme.name());
+        let mut c = build(None);
+        c.set_param_typed("w", &weights[1]).unwrap();
+        b.bind_param("w", &c.param_buffer("w").unwrap().unwrap()).unwrap();
+        assert!(bits(&mut b) == want[1], "{}: rebound", scheme.name());
+    }
+}

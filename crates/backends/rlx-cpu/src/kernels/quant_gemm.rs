@@ -17,16 +17,10 @@
 //! products each, twice an f32 FMA's 16), one conversion and two FMAs. Each output's sum
 //! runs in one order whatever the row or thread count.
 
+use super::q8_packed::{self, Packed};
 use crate::features::{Arm, features};
 use crate::multiversion;
 use rlx_ir::quant::{QuantScheme, k_scale_min};
-
-/// Activation rows from which the 16-bit path takes this GEMM. One row goes through the
-/// f32 GEMV, which decodes each weight into registers instead of unpacking it to memory.
-/// One thread, AMD EPYC, Gemma 3 270M's shapes, ms (GEMM / f32 kernels on the restored
-/// rows): 1 row Q5_0 0.45 / 0.56, Q4_1 0.39 / 0.22; 2 rows Q5_0 0.50 / 0.68, Q6_K 0.37 /
-/// 1.65, Q4_1 0.44 / 0.42; 8 rows Q6_K 0.55 / 7.98, Q4_1 0.46 / 0.88.
-pub const GEMM_ROWS: usize = 2;
 
 /// Output columns per vector, and vectors per panel.
 const LANES: usize = 16;
@@ -219,7 +213,18 @@ multiversion! {
 
 /// `out [m, n] = x @ W^T` for the 16-bit activations `acts` and the `n` weight rows in `w`,
 /// split by panels across the current pool's threads (at most `threads`).
-pub(super) fn gemm(arm: Arm, scheme: QuantScheme, acts: &Acts, n: usize, w: &[u8], threads: usize, out: &mut [f32]) {
+/// With `packed` (the weight as the 8-bit decode reads it, 16 rows side by side), panels
+/// are filled from it instead of `w`, with the same values: `w`'s pages are then never
+/// read (a model drops them, see `ParamBuffer::with_page_release`).
+pub(super) fn gemm(
+    arm: Arm,
+    scheme: QuantScheme,
+    acts: &Acts,
+    (w, packed): (&[u8], Option<&Packed>),
+    n: usize,
+    threads: usize,
+    out: &mut [f32],
+) {
     // The vector code below runs only on this check.
     assert!(available(scheme, arm), "quant_gemm: {scheme:?} on {arm:?} is not available on this host");
     let (m, k) = (acts.m, acts.k);
@@ -239,7 +244,13 @@ pub(super) fn gemm(arm: Arm, scheme: QuantScheme, acts: &Acts, n: usize, w: &[u8
     let run = |p: usize, panel: &mut Panel| {
         let j0 = p * PANEL;
         let cols = PANEL.min(n - j0);
-        panel.fill(arm, scheme, k, g, &w[j0 * rb..][..cols * rb], cols);
+        match packed {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `available` found AVX-512 BW/VL and F16C; the panel holds k / 2 x
+            // PANEL words and k / 32 x PANEL terms.
+            Some(packed) => unsafe { x86::fill_packed_avx512(packed, j0 / q8_packed::ROWS, panel) },
+            _ => panel.fill(arm, scheme, k, g, &w[j0 * rb..][..cols * rb], cols),
+        }
         // SAFETY: out holds m * n values; this panel writes columns j0..j0 + cols of each
         // row, which no other panel touches; the features were checked by `available`.
         unsafe { panel_rows(panel, g, acts, base.0.add(j0), n, cols) };
@@ -288,8 +299,70 @@ unsafe fn panel_rows(panel: &Panel, g: usize, acts: &Acts, out: *mut f32, n: usi
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Acts, LANES, Panel, VECS};
+    use super::{Acts, LANES, PANEL, Packed, Panel, VECS};
+    use rlx_ir::quant::QuantScheme;
     use std::arch::x86_64::*;
+
+    /// The panel of columns `16 g0..16 g0 + 48` from the repacked weight: per block, each
+    /// 4-value step of 16 rows (a 64-byte vector, nibbles split as the 8-bit kernel does)
+    /// gives two pairs, its dwords' low and high halves narrowed to words and the bytes
+    /// widened; the scales from the block's f16 `d` (and Q4_1's mins). Groups past the
+    /// weight are zeros.
+    ///
+    /// # Safety
+    /// The host has AVX-512 F/BW/VL and F16C; the panel was made for `p.k` and groups of 32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+    pub unsafe fn fill_packed_avx512(p: &Packed, g0: usize, panel: &mut Panel) {
+        let nb = p.k / 32;
+        let (bb, quant_bytes) = (super::q8_packed::block_bytes(p.scheme), super::q8_packed::quant_bytes(p.scheme));
+        let groups = p.n.div_ceil(LANES);
+        assert!(panel.values.len() >= nb * 16 * PANEL && panel.sw.len() >= nb * PANEL && panel.ow.len() >= nb * PANEL);
+        let bytes = p.bytes();
+        if g0 + VECS > groups {
+            panel.values.fill(0);
+            panel.sw.fill(0.0);
+            panel.ow.fill(0.0);
+        }
+        // SAFETY (whole body): each group read lies in `bytes` (g0 + v < groups); stores
+        // write pair (16 b + 2 t + 1) of vector v and term (b, v), inside the panel.
+        unsafe {
+            let mask = _mm512_set1_epi8(0x0F);
+            let offset = _mm512_set1_ps(if p.scheme == QuantScheme::Q4_0 { -8.0 } else { -128.0 });
+            let values = panel.values.as_mut_ptr();
+            for v in 0..VECS.min(groups - g0) {
+                for b in 0..nb {
+                    let at = bytes.as_ptr().add(((g0 + v) * nb + b) * bb);
+                    let mut steps = [_mm512_setzero_si512(); 8];
+                    if quant_bytes == 256 {
+                        for c in 0..4 {
+                            let x = _mm512_loadu_si512(at.add(64 * c) as *const __m512i);
+                            steps[2 * c] = _mm512_and_si512(x, mask);
+                            steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
+                        }
+                    } else {
+                        for (t, s) in steps.iter_mut().enumerate() {
+                            *s = _mm512_loadu_si512(at.add(64 * t) as *const __m512i);
+                        }
+                    }
+                    for (t, &s) in steps.iter().enumerate() {
+                        let pair = b * 16 + 2 * t;
+                        let low = _mm512_cvtepu8_epi16(_mm512_cvtepi32_epi16(s));
+                        let high = _mm512_cvtepu8_epi16(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(s)));
+                        _mm512_storeu_si512(values.add((pair * VECS + v) * LANES) as *mut __m512i, low);
+                        _mm512_storeu_si512(values.add(((pair + 1) * VECS + v) * LANES) as *mut __m512i, high);
+                    }
+                    let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
+                    let ow = if p.scheme == QuantScheme::Q4_1 {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
+                    } else {
+                        _mm512_mul_ps(sw, offset)
+                    };
+                    _mm512_storeu_ps(panel.sw.as_mut_ptr().add((b * VECS + v) * LANES), sw);
+                    _mm512_storeu_ps(panel.ow.as_mut_ptr().add((b * VECS + v) * LANES), ow);
+                }
+            }
+        }
+    }
 
     /// `values[p][v][lane] = rows[16 v + lane][2p, 2p + 1]` widened to an `i16` pair: per
     /// 16 columns x 16 pairs, a 16 x 16 transpose of 16-bit pairs in four unpack stages,

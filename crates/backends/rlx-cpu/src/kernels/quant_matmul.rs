@@ -20,6 +20,7 @@
 //! the last bits (lane order of the f32 sums); each is checked against an f64 oracle.
 
 use super::matmul::Gemm;
+use super::q8_packed::{self, Packed};
 use super::quant_gemm;
 use crate::arena::{Args, Out, out_mut};
 use crate::features::{Arm, features};
@@ -28,6 +29,7 @@ use rayon::prelude::*;
 use rlx_ir::ActivationQuant;
 use rlx_ir::quant::{QuantScheme, dequantize_block};
 use rlx_ir::{Error, Result};
+use std::sync::Arc;
 
 /// Values per activation quantization block (llama.cpp's Q8_0 / Q8_1 block).
 pub const Q8_BLOCK: usize = 32;
@@ -61,6 +63,10 @@ pub struct QuantMatMulPlan {
     pub scheme: QuantScheme,
     pub activations: ActivationQuant,
     pub threads: usize,
+    /// The weight repacked for `q8_packed`, when it is a param (set before each run);
+    /// otherwise 8-bit products on those kernels repack it per call. 16-bit products read
+    /// it too when present.
+    pub packed: Option<Arc<Packed>>,
 }
 
 impl QuantMatMulPlan {
@@ -74,7 +80,7 @@ impl QuantMatMulPlan {
     ) -> QuantMatMulPlan {
         let k = *x.last().unwrap_or(&0);
         let m = x[..x.len().saturating_sub(1)].iter().product();
-        QuantMatMulPlan { m, k, n: w[0], scheme, activations, threads }
+        QuantMatMulPlan { m, k, n: w[0], scheme, activations, threads, packed: None }
     }
 
     fn row_bytes(&self) -> usize {
@@ -213,10 +219,10 @@ fn halves(layout: Layout, b: usize, nb: usize) -> (usize, usize) {
 
 /// A row quantized to 8 bits per block: values `q`, per-block scale `d` and `s = d * sum(q)`,
 /// and for the vector arms `ds = [d, c * s]` per block (`ds_terms`).
-struct Q8Row<'a> {
-    q: &'a [i8],
-    d: &'a [f32],
-    s: &'a [f32],
+pub(super) struct Q8Row<'a> {
+    pub(super) q: &'a [i8],
+    pub(super) d: &'a [f32],
+    pub(super) s: &'a [f32],
     ds: &'a [f32],
 }
 
@@ -276,8 +282,9 @@ pub fn quantize_kernel(arm: Arm) -> QuantizeFn {
 fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
+    let packed = q8_packed::available(p.scheme, arm);
     let (dot, vnni) = dot_kernel(p.scheme, arm);
-    let layout = layout_for(p.scheme, vnni);
+    let layout = if packed { Layout::Natural } else { layout_for(p.scheme, vnni) };
     let c = ds_factor(p.scheme, vnni);
     // Scratch: the m quantized rows (k bytes each) after 4 * m * nb floats of scales.
     let floats = 4 * m * nb + (m * k).div_ceil(4);
@@ -306,6 +313,20 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
                 ds: &ds[2 * i * nb..][..2 * nb],
             })
             .collect();
+        if packed {
+            let owned;
+            let weights = match &p.packed {
+                Some(weights) => weights.as_ref(),
+                None => {
+                    owned = Packed::new(p.scheme, w, p.n, k, None);
+                    &owned
+                }
+            };
+            // Chunks are whole multiples of 16 columns (`column_chunks`): whole groups.
+            return par_column_chunks(p, out, |j0, outs| {
+                q8_packed::dot_groups(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
+            });
+        }
         match multi_dot_kernel(p.scheme, arm) {
             Some(multi) if m > 1 => par_column_chunks(p, out, |j0, outs| {
                 multi(p.scheme, &w[j0 * rb..][..outs[0].len() * rb], &rows, outs);
@@ -315,13 +336,15 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
     })
 }
 
-/// The product with 16-bit activations: the integer GEMM where it runs the scheme and the
-/// rows are enough to pay for unpacking every weight; otherwise each row is quantized,
-/// restored to f32 (`q * d`, rounded) and multiplied on the f32 path.
+/// The product with 16-bit activations: the integer GEMM where it runs the scheme, for
+/// any number of rows (one thread, AMD EPYC, Gemma 3 270M's shapes, ms, GEMM / f32
+/// kernels on restored rows: 1 row Q5_0 0.45 / 0.56, Q6_K 0.35 / 1.03, Q4_1 0.39 / 0.22;
+/// 2 rows Q6_K 0.37 / 1.65; 8 rows Q6_K 0.55 / 7.98, Q4_1 0.46 / 0.88); elsewhere each row
+/// is quantized, restored to f32 (`q * d`, rounded) and multiplied on the f32 path.
 fn q16_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
-    if m >= quant_gemm::GEMM_ROWS && quant_gemm::available(p.scheme, arm) {
+    if quant_gemm::available(p.scheme, arm) {
         return q16_gemm(p, arm, x, w, out);
     }
     let (mut q, mut d, mut s) = (vec![0i16; k], vec![0f32; nb], vec![0f32; nb]);
@@ -367,7 +390,8 @@ fn q16_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32])
             }
         }
         let acts = quant_gemm::Acts { m, k, q, d, ds };
-        quant_gemm::gemm(arm, p.scheme, &acts, p.n, w, p.threads, out);
+        let packed = p.packed.as_deref().filter(|_| q8_packed::available(p.scheme, arm));
+        quant_gemm::gemm(arm, p.scheme, &acts, (w, packed), p.n, p.threads, out);
     })
 }
 

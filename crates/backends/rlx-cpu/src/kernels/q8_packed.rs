@@ -1,0 +1,240 @@
+//! The 8-bit activation products (decode) against weights repacked 16 rows side by side.
+//!
+//! Q4_0, Q4_1 and Q8_0 rows are repacked once (a param's copy lives in its `ParamBuffer`)
+//! so that one 64-byte load holds the same 4 quants of 16 weight rows: `vpdpbusd` then
+//! takes 4 activation bytes broadcast and gives 16 rows' partial dots, one per lane, and a
+//! block of 32 costs 8 of them per (16 rows, activation row), plus one conversion and two
+//! FMAs for the scales. The row kernels of `quant_matmul` spend about 6 instructions per
+//! (block pair, weight row, activation row) instead: 8 activation rows cost 4.2x one row
+//! there (SmolLM2, 2 threads), where here the 16 rows' weights stay in L1 across the
+//! activation rows of a batch.
+//!
+//! Each output is one lane's chain in block order (`acc = fma(isum, sw * da, acc)`, then
+//! `acc = fma(ow, s, acc)`) whatever the number of activation rows or threads, so a row of
+//! a batched decode step gets the bits it gets alone.
+//!
+//! Layout, per group of 16 rows and per block of 32 values: the quants (4-bit: 4 chunks of
+//! 64 bytes, chunk `c` holding steps `2c` (low nibbles) and `2c + 1` (high nibbles); 8-bit:
+//! 8 chunks, Q8_0's signed quants biased by +128), where step `t` of lane `j` is row `j`'s
+//! values `4t..4t + 4`; then the 16 rows' f16 scales `d`; then, for Q4_1, their f16 mins.
+//! The groups follow each other in row order, each group's blocks in column order, so a
+//! product reads the bytes in address order (the Zen 4 prefetcher's best case).
+
+use super::quant_matmul::Q8Row;
+use crate::features::{Arm, features};
+use crate::param::PageRelease;
+use rlx_ir::quant::QuantScheme;
+
+/// Weight rows per group: the lanes of a 512-bit vector of i32.
+pub const ROWS: usize = 16;
+
+/// Activation rows per pass over a group's blocks (their accumulators stay in registers;
+/// the group's weights, a few KiB, stay in L1 between passes).
+const PASS: usize = 4;
+
+/// Whether [`Packed`] products run `scheme` on `arm` on this host.
+pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
+    let f = features();
+    cfg!(target_arch = "x86_64")
+        && arm >= Arm::Avx512
+        && f.has_avx512()
+        && f.avx512vnni
+        && f.f16c
+        && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0)
+}
+
+/// Bytes of one (group, block): quants, scales, mins.
+pub(super) fn block_bytes(scheme: QuantScheme) -> usize {
+    match scheme {
+        QuantScheme::Q4_1 => quant_bytes(scheme) + 64,
+        _ => quant_bytes(scheme) + 32,
+    }
+}
+
+/// Bytes of the quants of one (group, block): 4 or 8 bits for 16 x 32 values.
+pub(super) fn quant_bytes(scheme: QuantScheme) -> usize {
+    if scheme == QuantScheme::Q8_0 { 512 } else { 256 }
+}
+
+/// `n` weight rows of `k` values in `scheme`, repacked.
+pub struct Packed {
+    pub scheme: QuantScheme,
+    pub n: usize,
+    pub k: usize,
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Packed({:?}, {} x {})", self.scheme, self.n, self.k)
+    }
+}
+
+impl Packed {
+    /// Repacks `w` (`n` rows of `k` values in `scheme`, a packable one; `k` a multiple of
+    /// 32). Rows past `n` in the last group are zeros (scale 0). `release` is called on
+    /// the rows read so far every few MiB and on all of `w` at the end (a mapped file's
+    /// pages can go as they are consumed: the weight is not resident twice even while it
+    /// is repacked).
+    pub fn new(scheme: QuantScheme, w: &[u8], n: usize, k: usize, release: Option<&PageRelease>) -> Packed {
+        let (nb, bb) = (k / 32, scheme.block_bytes());
+        let out_block = block_bytes(scheme);
+        let groups = n.div_ceil(ROWS);
+        let mut bytes = vec![0u8; groups * nb * out_block];
+        let mut u = [0u8; 32];
+        let row_bytes = nb * bb;
+        let release_rows = (4 << 20) / row_bytes.max(1) / ROWS * ROWS;
+        for row in 0..n {
+            if let Some(release) = release
+                && row > 0
+                && release_rows > 0
+                && row % release_rows == 0
+            {
+                release(&w[..row * row_bytes]);
+            }
+            let (g, lane) = (row / ROWS, row % ROWS);
+            for b in 0..nb {
+                let src = &w[(row * nb + b) * bb..][..bb];
+                let dst = &mut bytes[(g * nb + b) * out_block..][..out_block];
+                let (scale, quants) = match scheme {
+                    QuantScheme::Q4_1 => (&src[..4], &src[4..]),
+                    _ => (&src[..2], &src[2..]),
+                };
+                if scheme == QuantScheme::Q8_0 {
+                    for (v, &q) in u.iter_mut().zip(quants) {
+                        *v = q ^ 0x80;
+                    }
+                    for t in 0..8 {
+                        dst[t * 64 + lane * 4..][..4].copy_from_slice(&u[4 * t..][..4]);
+                    }
+                } else {
+                    for j in 0..16 {
+                        (u[j], u[j + 16]) = (quants[j] & 0xF, quants[j] >> 4);
+                    }
+                    for c in 0..4 {
+                        for e in 0..4 {
+                            dst[c * 64 + lane * 4 + e] = u[8 * c + e] | (u[8 * c + 4 + e] << 4);
+                        }
+                    }
+                }
+                let quant_bytes = quant_bytes(scheme);
+                dst[quant_bytes + 2 * lane..][..2].copy_from_slice(&scale[..2]);
+                if scheme == QuantScheme::Q4_1 {
+                    dst[quant_bytes + 32 + 2 * lane..][..2].copy_from_slice(&scale[2..4]);
+                }
+            }
+        }
+        if let Some(release) = release {
+            release(&w[..n * row_bytes]);
+        }
+        Packed { scheme, n, k, bytes }
+    }
+
+    /// The packed bytes.
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// `out[i][j] = W[j0 + j] . acts[i]` for the weight rows of groups `g0..g0 + out[i].len() /
+/// 16` (whole groups, the last possibly partial at `n`), `out[i]` starting at row `16 g0`.
+///
+/// # Panics
+/// If the host lacks the features ([`available`]) or the slices do not fit.
+pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &mut [&mut [f32]]) {
+    assert!(available(p.scheme, arm), "q8_packed: {:?} is not available on this host", p.scheme);
+    let nb = p.k / 32;
+    let cols = out.first().map_or(0, |o| o.len());
+    assert!(g0 * ROWS + cols <= p.n && out.iter().all(|o| o.len() == cols));
+    assert!(acts.iter().all(|a| a.q.len() == p.k && a.d.len() == nb && a.s.len() == nb));
+    #[cfg(target_arch = "x86_64")]
+    for (acts, out) in acts.chunks(PASS).zip(out.chunks_mut(PASS)) {
+        // SAFETY: the features were checked; every group read lies in `p.bytes` (groups
+        // g0.. cover rows 16 g0..16 g0 + cols <= n); every activation row holds k values
+        // and nb scales and sums; stores stay within `cols` values of each `out` row.
+        unsafe {
+            match acts.len() {
+                4 => x86::groups_avx512::<4>(p, g0, acts, out),
+                3 => x86::groups_avx512::<3>(p, g0, acts, out),
+                2 => x86::groups_avx512::<2>(p, g0, acts, out),
+                _ => x86::groups_avx512::<1>(p, g0, acts, out),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (g0, acts, out, nb);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Packed, Q8Row, ROWS, block_bytes};
+    use rlx_ir::quant::QuantScheme;
+    use std::arch::x86_64::*;
+
+    /// [`super::dot_groups`] for `A` activation rows.
+    ///
+    /// # Safety
+    /// As `dot_groups` checks; the host has AVX-512 F/BW/VL/DQ, VNNI and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn groups_avx512<const A: usize>(p: &Packed, g0: usize, acts: &[Q8Row], out: &mut [&mut [f32]]) {
+        let nb = p.k / 32;
+        let bb = block_bytes(p.scheme);
+        let quant_bytes = super::quant_bytes(p.scheme);
+        let four_bit = quant_bytes == 256;
+        let cols = out[0].len();
+        // SAFETY (whole body): as the caller guarantees.
+        unsafe {
+            let mask = _mm512_set1_epi8(0x0F);
+            let offset = _mm512_set1_ps(match p.scheme {
+                QuantScheme::Q4_0 => -8.0,
+                _ => -128.0,
+            });
+            for g in 0..cols.div_ceil(ROWS) {
+                let mut acc = [_mm512_setzero_ps(); A];
+                let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
+                for b in 0..nb {
+                    let at = group.add(b * bb);
+                    let mut steps = [_mm512_setzero_si512(); 8];
+                    if four_bit {
+                        for c in 0..4 {
+                            let x = _mm512_loadu_si512(at.add(64 * c) as *const __m512i);
+                            steps[2 * c] = _mm512_and_si512(x, mask);
+                            steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
+                        }
+                    } else {
+                        for (t, s) in steps.iter_mut().enumerate() {
+                            *s = _mm512_loadu_si512(at.add(64 * t) as *const __m512i);
+                        }
+                    }
+                    let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
+                    let ow = if p.scheme == QuantScheme::Q4_1 {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
+                    } else {
+                        _mm512_mul_ps(sw, offset)
+                    };
+                    for i in 0..A {
+                        let q = acts[i].q.as_ptr().add(b * 32);
+                        // Two chains of 4: integer sums, so the split changes nothing.
+                        let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                        for t in (0..8).step_by(2) {
+                            let x0 = _mm512_set1_epi32((q.add(4 * t) as *const i32).read_unaligned());
+                            let x1 = _mm512_set1_epi32((q.add(4 * t + 4) as *const i32).read_unaligned());
+                            even = _mm512_dpbusd_epi32(even, steps[t], x0);
+                            odd = _mm512_dpbusd_epi32(odd, steps[t + 1], x1);
+                        }
+                        let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
+                        let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*acts[i].d.get_unchecked(b)));
+                        acc[i] = _mm512_fmadd_ps(isum, scale, acc[i]);
+                        acc[i] = _mm512_fmadd_ps(ow, _mm512_set1_ps(*acts[i].s.get_unchecked(b)), acc[i]);
+                    }
+                }
+                let first = g * ROWS;
+                let lanes = (cols - first).min(ROWS);
+                let keep: __mmask16 = if lanes == ROWS { !0 } else { (1u16 << lanes) - 1 };
+                for i in 0..A {
+                    _mm512_mask_storeu_ps(out[i].as_mut_ptr().add(first), keep, acc[i]);
+                }
+            }
+        }
+    }
+}
