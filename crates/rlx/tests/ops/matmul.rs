@@ -277,7 +277,7 @@ fn repacked_quantized_weights_follow_every_change() {
     let (m, k, n) = (3, 96, 37);
     let mut rng = Rng::new(41);
     let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
-    for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0] {
+    for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q5_0, QuantScheme::Q8_0] {
         let row = scheme.row_bytes(k).unwrap();
         let weights: Vec<HostTensor> = (0..3)
             .map(|_| {

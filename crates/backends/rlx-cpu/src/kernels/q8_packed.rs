@@ -1,6 +1,6 @@
 //! The 8-bit activation products (decode) against weights repacked 16 rows side by side.
 //!
-//! Q4_0, Q4_1 and Q8_0 rows are repacked once (a param's copy lives in its `ParamBuffer`)
+//! Q4_0, Q4_1, Q5_0 and Q8_0 rows are repacked once (a param's copy lives in its `ParamBuffer`)
 //! so that one 64-byte load holds the same 4 quants of 16 weight rows: `vpdpbusd` then
 //! takes 4 activation bytes broadcast and gives 16 rows' partial dots, one per lane, and a
 //! block of 32 costs 8 of them per (16 rows, activation row), plus one conversion and two
@@ -14,9 +14,10 @@
 //! a batched decode step gets the bits it gets alone.
 //!
 //! Layout, per group of 16 rows and per block of 32 values: the quants (4-bit: 4 chunks of
-//! 64 bytes, chunk `c` holding steps `2c` (low nibbles) and `2c + 1` (high nibbles); 8-bit:
-//! 8 chunks, Q8_0's signed quants biased by +128), where step `t` of lane `j` is row `j`'s
-//! values `4t..4t + 4`; then the 16 rows' f16 scales `d`; then, for Q4_1, their f16 mins.
+//! 64 bytes, chunk `c` holding steps `2c` (low nibbles) and `2c + 1` (high nibbles), then
+//! for Q5_0 a 64-bit mask per step of the values' fifth bits; 8-bit: 8 chunks, Q8_0's
+//! signed quants biased by +128), where step `t` of lane `j` is row `j`'s values
+//! `4t..4t + 4`; then the 16 rows' f16 scales `d`; then, for Q4_1, their f16 mins.
 //! The groups follow each other in row order, each group's blocks in column order, so a
 //! product reads the bytes in address order (the Zen 4 prefetcher's best case).
 
@@ -40,7 +41,7 @@ pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
         && f.has_avx512()
         && f.avx512vnni
         && f.f16c
-        && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0)
+        && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q8_0)
 }
 
 /// Bytes of one (group, block): quants, scales, mins.
@@ -51,9 +52,25 @@ pub(super) fn block_bytes(scheme: QuantScheme) -> usize {
     }
 }
 
-/// Bytes of the quants of one (group, block): 4 or 8 bits for 16 x 32 values.
+/// Bytes of the quants of one (group, block): 4 or 8 bits for 16 x 32 values, and for
+/// Q5_0 the fifth bits (8 masks of 64 bits, one per step).
 pub(super) fn quant_bytes(scheme: QuantScheme) -> usize {
-    if scheme == QuantScheme::Q8_0 { 512 } else { 256 }
+    match scheme {
+        QuantScheme::Q8_0 => 512,
+        QuantScheme::Q5_0 => 256 + 64,
+        _ => 256,
+    }
+}
+
+/// `ow / sw` where a scheme's offset is a multiple of its scale: the quants are stored
+/// unsigned (`q + 8`, `q + 16`, `q + 128`).
+pub(super) fn offset(scheme: QuantScheme) -> f32 {
+    match scheme {
+        QuantScheme::Q4_0 => -8.0,
+        QuantScheme::Q5_0 => -16.0,
+        QuantScheme::Q8_0 => -128.0,
+        _ => 0.0,
+    }
 }
 
 /// `n` weight rows of `k` values in `scheme`, repacked.
@@ -98,6 +115,7 @@ impl Packed {
                 let dst = &mut bytes[(g * nb + b) * out_block..][..out_block];
                 let (scale, quants) = match scheme {
                     QuantScheme::Q4_1 => (&src[..4], &src[4..]),
+                    QuantScheme::Q5_0 => (&src[..2], &src[6..]),
                     _ => (&src[..2], &src[2..]),
                 };
                 if scheme == QuantScheme::Q8_0 {
@@ -114,6 +132,16 @@ impl Packed {
                     for c in 0..4 {
                         for e in 0..4 {
                             dst[c * 64 + lane * 4 + e] = u[8 * c + e] | (u[8 * c + 4 + e] << 4);
+                        }
+                    }
+                    if scheme == QuantScheme::Q5_0 {
+                        // Step t's mask: bit 4 lane + e is value 4t + e's fifth bit.
+                        let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
+                        for t in 0..8 {
+                            for e in 0..4 {
+                                let bit = lane * 4 + e;
+                                dst[256 + 8 * t + bit / 8] |= (((qh >> (4 * t + e)) & 1) as u8) << (bit % 8);
+                            }
                         }
                     }
                 }
@@ -166,10 +194,42 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use super::{Packed, Q8Row, ROWS, block_bytes};
     use rlx_ir::quant::QuantScheme;
     use std::arch::x86_64::*;
+
+    /// The 8 steps of one (group, block) at `at`: vector `t` holds, per lane (row), its
+    /// values `4t..4t + 4` as unsigned bytes.
+    ///
+    /// # Safety
+    /// `at` points at a whole (group, block) of `scheme`; the caller has AVX-512 F/BW.
+    #[inline(always)]
+    pub(in crate::kernels) unsafe fn steps(scheme: QuantScheme, at: *const u8) -> [__m512i; 8] {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            let mut steps = [_mm512_setzero_si512(); 8];
+            if scheme == QuantScheme::Q8_0 {
+                for (t, s) in steps.iter_mut().enumerate() {
+                    *s = _mm512_loadu_si512(at.add(64 * t) as *const __m512i);
+                }
+                return steps;
+            }
+            let mask = _mm512_set1_epi8(0x0F);
+            for c in 0..4 {
+                let x = _mm512_loadu_si512(at.add(64 * c) as *const __m512i);
+                steps[2 * c] = _mm512_and_si512(x, mask);
+                steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
+            }
+            if scheme == QuantScheme::Q5_0 {
+                for (t, s) in steps.iter_mut().enumerate() {
+                    let fifth = (at.add(256 + 8 * t) as *const u64).read_unaligned();
+                    *s = _mm512_or_si512(*s, _mm512_maskz_set1_epi8(fifth, 0x10));
+                }
+            }
+            steps
+        }
+    }
 
     /// [`super::dot_groups`] for `A` activation rows.
     ///
@@ -180,32 +240,16 @@ mod x86 {
         let nb = p.k / 32;
         let bb = block_bytes(p.scheme);
         let quant_bytes = super::quant_bytes(p.scheme);
-        let four_bit = quant_bytes == 256;
         let cols = out[0].len();
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
-            let mask = _mm512_set1_epi8(0x0F);
-            let offset = _mm512_set1_ps(match p.scheme {
-                QuantScheme::Q4_0 => -8.0,
-                _ => -128.0,
-            });
+            let offset = _mm512_set1_ps(super::offset(p.scheme));
             for g in 0..cols.div_ceil(ROWS) {
                 let mut acc = [_mm512_setzero_ps(); A];
                 let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
                 for b in 0..nb {
                     let at = group.add(b * bb);
-                    let mut steps = [_mm512_setzero_si512(); 8];
-                    if four_bit {
-                        for c in 0..4 {
-                            let x = _mm512_loadu_si512(at.add(64 * c) as *const __m512i);
-                            steps[2 * c] = _mm512_and_si512(x, mask);
-                            steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
-                        }
-                    } else {
-                        for (t, s) in steps.iter_mut().enumerate() {
-                            *s = _mm512_loadu_si512(at.add(64 * t) as *const __m512i);
-                        }
-                    }
+                    let steps = steps(p.scheme, at);
                     let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
                     let ow = if p.scheme == QuantScheme::Q4_1 {
                         _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))

@@ -326,24 +326,12 @@ mod x86 {
         // SAFETY (whole body): each group read lies in `bytes` (g0 + v < groups); stores
         // write pair (16 b + 2 t + 1) of vector v and term (b, v), inside the panel.
         unsafe {
-            let mask = _mm512_set1_epi8(0x0F);
-            let offset = _mm512_set1_ps(if p.scheme == QuantScheme::Q4_0 { -8.0 } else { -128.0 });
+            let offset = _mm512_set1_ps(super::q8_packed::offset(p.scheme));
             let values = panel.values.as_mut_ptr();
             for v in 0..VECS.min(groups - g0) {
                 for b in 0..nb {
                     let at = bytes.as_ptr().add(((g0 + v) * nb + b) * bb);
-                    let mut steps = [_mm512_setzero_si512(); 8];
-                    if quant_bytes == 256 {
-                        for c in 0..4 {
-                            let x = _mm512_loadu_si512(at.add(64 * c) as *const __m512i);
-                            steps[2 * c] = _mm512_and_si512(x, mask);
-                            steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
-                        }
-                    } else {
-                        for (t, s) in steps.iter_mut().enumerate() {
-                            *s = _mm512_loadu_si512(at.add(64 * t) as *const __m512i);
-                        }
-                    }
+                    let steps = super::q8_packed::x86::steps(p.scheme, at);
                     for (t, &s) in steps.iter().enumerate() {
                         let pair = b * 16 + 2 * t;
                         let low = _mm512_cvtepu8_epi16(_mm512_cvtepi32_epi16(s));
