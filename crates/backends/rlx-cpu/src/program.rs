@@ -421,9 +421,9 @@ impl CpuProgram {
     }
 }
 
-/// Points every product that reads a param weight through `packed_gemm` at the
-/// weight's current packing (made on first use after the bytes last changed, shared
-/// by every program holding the buffer). A param this program writes in place (a cache)
+/// Points every product that reads a param weight through `packed_gemm` or `q8_packed`
+/// (and the 16-bit GEMM reading the latter) at the weight's current packing (made on
+/// first use after the bytes last changed, shared by every program holding the buffer). A param this program writes in place (a cache)
 /// is read where it lies: it changes during the run. Called with the params' locks held.
 fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], written: &[bool]) -> Result<()> {
     let buffer_of = |slot: &TSlot| -> Option<&ParamBuffer> {
@@ -434,12 +434,12 @@ fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], w
     };
     for t in thunks {
         if let Kernel::DequantMatMul(plan) = &mut t.kernel {
-            if plan.activations != rlx_ir::ActivationQuant::F32
-                && crate::kernels::q8_packed::available(plan.scheme, crate::features::Arm::best())
-                && let Some(buffer) = buffer_of(&t.ins[1])
-            {
-                plan.packed = Some(buffer.q8_packed(plan.scheme, plan.n, plan.k)?);
-            }
+            let repacked = plan.activations != rlx_ir::ActivationQuant::F32
+                && crate::kernels::q8_packed::available(plan.scheme, crate::features::Arm::best());
+            plan.packed = match buffer_of(&t.ins[1]) {
+                Some(buffer) if repacked => Some(buffer.q8_packed(plan.scheme, plan.n, plan.k)?),
+                _ => None,
+            };
             continue;
         }
         let (plan, weights): (&mut matmul::MatMulPlan, &[usize]) = match &mut t.kernel {

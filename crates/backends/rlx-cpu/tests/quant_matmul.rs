@@ -327,16 +327,15 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
     }
 }
 
-/// Every arm's activation quantizer gives the portable loop's bits (values, scales, sums,
-/// both layouts), on blocks of random values, exact halves, denormals, zeros, NaN, inf and
-/// huge values; the halves round away from zero, a block holding NaN or inf gives zeros.
-#[test]
-fn every_arm_quantizes_activations_to_the_portable_bits() {
-    use rlx_cpu::kernels::quant_matmul::{QuantizeFn, quantize_kernel, quantize_q8_row};
-    let mut rng = Rng::new(5);
+/// Blocks of 32 for the activation quantizers: 40 of random values, then (block 40) exact
+/// halves under a largest value of `levels` (scale 1, so the products are the values), zeros,
+/// signed denormals, a NaN, an infinity, huge values, and a denormal scale (its inverse
+/// overflows to inf: the products are +-inf, or 0 * inf).
+fn quantizer_blocks(seed: u64, levels: f32) -> Vec<Vec<f32>> {
+    let mut rng = Rng::new(seed);
     let mut blocks: Vec<Vec<f32>> = (0..40).map(|_| (0..32).map(|_| rng.uniform(-3.0, 3.0) as f32).collect()).collect();
-    // amax 127: the scale is 1, so these products are exactly the values below.
-    let mut halves: Vec<f32> = vec![127.0, -2.5, 2.5, -0.5, 0.5, 1.5, -126.5, 0.49999997, -0.49999997, 3.4999998];
+    let mut halves: Vec<f32> =
+        vec![levels, -2.5, 2.5, -0.5, 0.5, 1.5, 0.5 - levels, 0.49999997, -0.49999997, 3.4999998];
     halves.resize(32, -0.0);
     blocks.push(halves);
     blocks.push(vec![0.0; 32]);
@@ -344,8 +343,17 @@ fn every_arm_quantizes_activations_to_the_portable_bits() {
     blocks.push((0..32).map(|i| if i == 7 { f32::NAN } else { i as f32 }).collect());
     blocks.push((0..32).map(|i| if i == 30 { f32::NEG_INFINITY } else { i as f32 }).collect());
     blocks.push((0..32).map(|i| 1e30 * (i as f32 - 15.5)).collect());
-    // A denormal scale: its inverse overflows to inf, the products are +-inf (or 0 * inf).
     blocks.push((0..32).map(|i| 6.5e-40 * (i as f32 - 15.5)).collect());
+    blocks
+}
+
+/// Every arm's activation quantizer gives the portable loop's bits (values, scales, sums,
+/// both layouts), on blocks of random values, exact halves, denormals, zeros, NaN, inf and
+/// huge values; the halves round away from zero, a block holding NaN or inf gives zeros.
+#[test]
+fn every_arm_quantizes_activations_to_the_portable_bits() {
+    use rlx_cpu::kernels::quant_matmul::{QuantizeFn, quantize_kernel, quantize_q8_row};
+    let mut blocks = quantizer_blocks(5, 127.0);
     blocks.push((0..32).map(|i| if i == 3 { 0.0 } else { 1e-38 }).collect());
     let x: Vec<f32> = blocks.concat();
     let nb = blocks.len();
@@ -373,17 +381,7 @@ fn every_arm_quantizes_activations_to_the_portable_bits() {
 #[test]
 fn every_arm_quantizes_activations_to_16_bits_alike() {
     use rlx_cpu::kernels::quant_matmul::quantize_q16_row;
-    let mut rng = Rng::new(6);
-    let mut blocks: Vec<Vec<f32>> = (0..40).map(|_| (0..32).map(|_| rng.uniform(-3.0, 3.0) as f32).collect()).collect();
-    let mut halves: Vec<f32> = vec![32767.0, -2.5, 2.5, -0.5, 0.5, 1.5, -32766.5, 0.49999997, -0.49999997, 3.4999998];
-    halves.resize(32, -0.0);
-    blocks.push(halves);
-    blocks.push(vec![0.0; 32]);
-    blocks.push((0..32).map(|i| f32::from_bits(i + 1) * if i % 2 == 0 { 1.0 } else { -1.0 }).collect());
-    blocks.push((0..32).map(|i| if i == 7 { f32::NAN } else { i as f32 }).collect());
-    blocks.push((0..32).map(|i| if i == 30 { f32::NEG_INFINITY } else { i as f32 }).collect());
-    blocks.push((0..32).map(|i| 1e30 * (i as f32 - 15.5)).collect());
-    blocks.push((0..32).map(|i| 6.5e-40 * (i as f32 - 15.5)).collect());
+    let blocks = quantizer_blocks(6, 32767.0);
     let x: Vec<f32> = blocks.concat();
     let nb = blocks.len();
     let quantize = |arm: Arm| {

@@ -80,6 +80,25 @@ fn fifth_bits(qh: u32, u: &mut [u8]) {
     }
 }
 
+/// The 256 unsigned quants of a Q4_K / Q5_K block, element order (their offsets are the
+/// sub-block mins).
+#[inline(always)]
+pub(super) fn k_quants(scheme: QuantScheme, b: &[u8], u: &mut [u8]) {
+    let (qh, qs) = if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+    for pair in 0..4 {
+        for l in 0..32 {
+            let byte = qs[pair * 32 + l];
+            let (mut lo, mut hi) = (byte & 0xF, byte >> 4);
+            if let Some(qh) = qh {
+                lo |= ((qh[l] >> (2 * pair)) & 1) << 4;
+                hi |= ((qh[l] >> (2 * pair + 1)) & 1) << 4;
+            }
+            u[pair * 64 + l] = lo;
+            u[pair * 64 + 32 + l] = hi;
+        }
+    }
+}
+
 /// Block `b` of `scheme` as unsigned bytes `u` (element order) and per-group `sw`, `ow`.
 /// Inlined into each arm of `unpack_rows`, so that its loops vectorize there.
 #[inline(always)]
@@ -115,20 +134,7 @@ fn unpack_block(scheme: QuantScheme, b: &[u8], u: &mut [u8], sw: &mut [f32], ow:
         QuantScheme::Q4K | QuantScheme::Q5K => {
             let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
             let (sc, mn) = k_scale_min(&b[4..16]);
-            let (qh, qs) =
-                if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
-            for pair in 0..4 {
-                for l in 0..32 {
-                    let byte = qs[pair * 32 + l];
-                    let (mut lo, mut hi) = (byte & 0xF, byte >> 4);
-                    if let Some(qh) = qh {
-                        lo |= ((qh[l] >> (2 * pair)) & 1) << 4;
-                        hi |= ((qh[l] >> (2 * pair + 1)) & 1) << 4;
-                    }
-                    u[pair * 64 + l] = lo;
-                    u[pair * 64 + 32 + l] = hi;
-                }
-            }
+            k_quants(scheme, b, u);
             for j in 0..8 {
                 (sw[j], ow[j]) = (d * sc[j] as f32, -dmin * mn[j] as f32);
             }

@@ -1,11 +1,15 @@
 //! Matmul against block-quantized weights (semantics in `rlx_ir::ops::quant_matmul`).
 //!
-//! Four paths, by the op's flag and the number of activation rows `m`:
-//! - **q8 activations** (decode): each activation row is quantized once to 8 bits per
+//! Paths, by the op's activations and the number of activation rows `m`:
+//! - **8-bit activations** (decode): each activation row is quantized once to 8 bits per
 //!   block of 32, then every weight row is an integer dot product per block, scaled in
-//!   f32. Q4_0 / Q4_1 / Q8_0 have vector arms: AVX-512 VNNI (`vpdpbusd`, 64 weights per
-//!   instruction), AVX2 (`vpmaddubsw` + `vpmaddwd`) and a portable one; other schemes
-//!   decode each weight block to f32 and dot it with the quantized row.
+//!   f32. On AVX-512 VNNI, Q4_0 / Q4_1 / Q5_0 / Q8_0 weights are read repacked 16 rows
+//!   side by side (`q8_packed`); elsewhere, and for the K-quants, the row kernels here:
+//!   VNNI (`vpdpbusd`, 64 weights per instruction), AVX2 (`vpmaddubsw` + `vpmaddwd`) and
+//!   portable arms; other schemes decode each weight block to f32 and dot it with the
+//!   quantized row.
+//! - **16-bit activations** (prompts): the integer GEMM of `quant_gemm` on AVX-512 VNNI;
+//!   elsewhere the rows are quantized, restored to f32 and take the f32 paths below.
 //! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
 //!   dotted with every row.
 //! - **direct tiles** (`8 < m <= 128`, f32 activations, AVX-512): `DOT_TILE` weight rows
@@ -523,19 +527,10 @@ fn unpack_block(scheme: QuantScheme, b: &[u8], q: &mut [i8; 256]) {
             }
         }
         QuantScheme::Q4K | QuantScheme::Q5K => {
-            let (qh, qs) =
-                if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
-            for pair in 0..4 {
-                for l in 0..32 {
-                    let byte = qs[pair * 32 + l];
-                    let (mut lo, mut hi) = (byte & 0xF, byte >> 4);
-                    if let Some(qh) = qh {
-                        lo |= ((qh[l] >> (2 * pair)) & 1) << 4;
-                        hi |= ((qh[l] >> (2 * pair + 1)) & 1) << 4;
-                    }
-                    q[pair * 64 + l] = lo as i8;
-                    q[pair * 64 + 32 + l] = hi as i8;
-                }
+            let mut u = [0u8; 256];
+            quant_gemm::k_quants(scheme, b, &mut u);
+            for (q, u) in q.iter_mut().zip(u) {
+                *q = u as i8; // at most 31
             }
         }
         QuantScheme::Q6K => {
