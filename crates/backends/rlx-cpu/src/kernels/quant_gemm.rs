@@ -80,67 +80,45 @@ fn fifth_bits(qh: u32, u: &mut [u8]) {
     }
 }
 
-/// The 256 unsigned quants of a Q4_K / Q5_K block, element order (their offsets are the
-/// sub-block mins).
+/// Block `b`'s quants as unsigned bytes `u`, element order: Q4_0 / Q4_1 / Q5_0 / Q5_1 /
+/// Q4_K / Q5_K / Q6_K their stored values (offsets apart: see `unpack_block`), Q8_0 its
+/// signed values biased by +128. Shared with the row kernels of `quant_matmul`.
 #[inline(always)]
-pub(super) fn k_quants(scheme: QuantScheme, b: &[u8], u: &mut [u8]) {
-    let (qh, qs) = if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
-    for pair in 0..4 {
-        for l in 0..32 {
-            let byte = qs[pair * 32 + l];
-            let (mut lo, mut hi) = (byte & 0xF, byte >> 4);
-            if let Some(qh) = qh {
-                lo |= ((qh[l] >> (2 * pair)) & 1) << 4;
-                hi |= ((qh[l] >> (2 * pair + 1)) & 1) << 4;
-            }
-            u[pair * 64 + l] = lo;
-            u[pair * 64 + 32 + l] = hi;
-        }
-    }
-}
-
-/// Block `b` of `scheme` as unsigned bytes `u` (element order) and per-group `sw`, `ow`.
-/// Inlined into each arm of `unpack_rows`, so that its loops vectorize there.
-#[inline(always)]
-fn unpack_block(scheme: QuantScheme, b: &[u8], u: &mut [u8], sw: &mut [f32], ow: &mut [f32]) {
+pub(super) fn quants(scheme: QuantScheme, b: &[u8], u: &mut [u8]) {
     match scheme {
-        QuantScheme::Q4_0 => {
-            let d = f16_at(b, 0);
-            nibbles(&b[2..18], u);
-            (sw[0], ow[0]) = (d, -8.0 * d);
-        }
-        QuantScheme::Q4_1 => {
-            nibbles(&b[4..20], u);
-            (sw[0], ow[0]) = (f16_at(b, 0), f16_at(b, 2));
-        }
+        QuantScheme::Q4_0 => nibbles(&b[2..18], u),
+        QuantScheme::Q4_1 => nibbles(&b[4..20], u),
         QuantScheme::Q5_0 => {
-            let d = f16_at(b, 0);
             nibbles(&b[6..22], u);
             fifth_bits(u32::from_le_bytes([b[2], b[3], b[4], b[5]]), u);
-            (sw[0], ow[0]) = (d, -16.0 * d);
         }
         QuantScheme::Q5_1 => {
             nibbles(&b[8..24], u);
             fifth_bits(u32::from_le_bytes([b[4], b[5], b[6], b[7]]), u);
-            (sw[0], ow[0]) = (f16_at(b, 0), f16_at(b, 2));
         }
         QuantScheme::Q8_0 => {
-            let d = f16_at(b, 0);
             for (v, &q) in u[..32].iter_mut().zip(&b[2..34]) {
                 *v = q ^ 0x80;
             }
-            (sw[0], ow[0]) = (d, -128.0 * d);
         }
         QuantScheme::Q4K | QuantScheme::Q5K => {
-            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-            let (sc, mn) = k_scale_min(&b[4..16]);
-            k_quants(scheme, b, u);
-            for j in 0..8 {
-                (sw[j], ow[j]) = (d * sc[j] as f32, -dmin * mn[j] as f32);
+            let (qh, qs) =
+                if scheme == QuantScheme::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            for pair in 0..4 {
+                for l in 0..32 {
+                    let byte = qs[pair * 32 + l];
+                    let (mut lo, mut hi) = (byte & 0xF, byte >> 4);
+                    if let Some(qh) = qh {
+                        lo |= ((qh[l] >> (2 * pair)) & 1) << 4;
+                        hi |= ((qh[l] >> (2 * pair + 1)) & 1) << 4;
+                    }
+                    u[pair * 64 + l] = lo;
+                    u[pair * 64 + 32 + l] = hi;
+                }
             }
         }
         QuantScheme::Q6K => {
-            let (ql, qh, scales, d) = (&b[0..128], &b[128..192], &b[192..208], f16_at(b, 208));
+            let (ql, qh) = (&b[0..128], &b[128..192]);
             for h in 0..2 {
                 let (ql, qh, u) = (&ql[h * 64..][..64], &qh[h * 32..][..32], &mut u[h * 128..][..128]);
                 for l in 0..32 {
@@ -151,12 +129,43 @@ fn unpack_block(scheme: QuantScheme, b: &[u8], u: &mut [u8], sw: &mut [f32], ow:
                     u[l + 96] = (ql[l + 32] >> 4) | (((hb >> 6) & 3) << 4);
                 }
             }
-            for (g, &s) in scales.iter().enumerate() {
+        }
+        _ => unreachable!("quants: {scheme:?} has no unpacked form"),
+    }
+}
+
+/// Block `b` of `scheme` as unsigned bytes `u` (element order, [`quants`]) and per-group
+/// `sw`, `ow` (`w = sw * u + ow`). Inlined into each arm of `unpack_rows`, so that its
+/// loops vectorize there.
+#[inline(always)]
+fn unpack_block(scheme: QuantScheme, b: &[u8], u: &mut [u8], sw: &mut [f32], ow: &mut [f32]) {
+    quants(scheme, b, u);
+    match scheme {
+        QuantScheme::Q4_0 | QuantScheme::Q5_0 | QuantScheme::Q8_0 => {
+            let d = f16_at(b, 0);
+            let offset = match scheme {
+                QuantScheme::Q4_0 => -8.0,
+                QuantScheme::Q5_0 => -16.0,
+                _ => -128.0,
+            };
+            (sw[0], ow[0]) = (d, offset * d);
+        }
+        QuantScheme::Q4_1 | QuantScheme::Q5_1 => (sw[0], ow[0]) = (f16_at(b, 0), f16_at(b, 2)),
+        QuantScheme::Q4K | QuantScheme::Q5K => {
+            let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+            let (sc, mn) = k_scale_min(&b[4..16]);
+            for j in 0..8 {
+                (sw[j], ow[j]) = (d * sc[j] as f32, -dmin * mn[j] as f32);
+            }
+        }
+        _ => {
+            // Q6_K: 16 signed sub-block scales, quants stored as q + 32.
+            let d = f16_at(b, 208);
+            for (g, &s) in b[192..208].iter().enumerate() {
                 let scale = d * (s as i8) as f32;
                 (sw[g], ow[g]) = (scale, -32.0 * scale);
             }
         }
-        _ => unreachable!("quant_gemm: {scheme:?} has no unpacked form"),
     }
 }
 
@@ -164,6 +173,7 @@ fn unpack_block(scheme: QuantScheme, b: &[u8], u: &mut [u8], sw: &mut [f32], ow:
 /// `2p, 2p + 1` as `i16` pairs (`vpdpwssd`'s operand), stored as one `u32` per column;
 /// `sw[g][v]`, `ow[g][v]` their 16 columns' group terms. Columns past the weight rows are
 /// zero. `rows` is scratch: the panel's weights as bytes, a row per column.
+#[derive(Default)]
 struct Panel {
     values: Vec<u32>,
     sw: Vec<f32>,
@@ -171,12 +181,33 @@ struct Panel {
     rows: Vec<u8>,
 }
 
-impl Panel {
-    fn new(k: usize, g: usize) -> Panel {
-        let terms = k / g * PANEL;
-        Panel { values: vec![0; k / 2 * PANEL], sw: vec![0.0; terms], ow: vec![0.0; terms], rows: vec![0; k * PANEL] }
-    }
+thread_local! {
+    /// Each thread's panel, grown to the largest product it has run: a prompt pass of 211
+    /// products allocated and zeroed ~300 KiB per product (and per parallel split) when
+    /// each call made its own.
+    static THREAD_PANEL: std::cell::RefCell<Panel> = std::cell::RefCell::new(Panel::default());
+}
 
+/// Runs `f` with this thread's panel, holding at least the buffers for `k` and groups of `g`
+/// (longer ones from earlier calls are fine: every access is at computed offsets).
+fn with_panel<R>(k: usize, g: usize, f: impl FnOnce(&mut Panel) -> R) -> R {
+    fn grow<T: Clone + Default>(v: &mut Vec<T>, len: usize) {
+        if v.len() < len {
+            v.resize(len, T::default());
+        }
+    }
+    THREAD_PANEL.with(|cell| {
+        let panel = &mut *cell.borrow_mut();
+        let terms = k / g * PANEL;
+        grow(&mut panel.values, k / 2 * PANEL);
+        grow(&mut panel.sw, terms);
+        grow(&mut panel.ow, terms);
+        grow(&mut panel.rows, k * PANEL);
+        f(panel)
+    })
+}
+
+impl Panel {
     /// Unpacks weight rows `w` (`n` whole rows of `k` values, at most `PANEL`).
     fn fill(&mut self, arm: Arm, scheme: QuantScheme, k: usize, g: usize, w: &[u8], n: usize) {
         if n < PANEL {
@@ -266,11 +297,10 @@ pub(super) fn gemm(
     let panels = n.div_ceil(PANEL);
     let threads = crate::threads::current().min(threads);
     if threads <= 1 || panels == 1 {
-        let mut panel = Panel::new(k, g);
-        (0..panels).for_each(|p| run(p, &mut panel));
+        with_panel(k, g, |panel| (0..panels).for_each(|p| run(p, panel)));
     } else {
         use rayon::prelude::*;
-        (0..panels).into_par_iter().for_each_init(|| Panel::new(k, g), |panel, p| run(p, panel));
+        (0..panels).into_par_iter().for_each(|p| with_panel(k, g, |panel| run(p, panel)));
     }
 }
 

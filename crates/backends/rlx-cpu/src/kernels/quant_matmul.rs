@@ -200,12 +200,10 @@ enum Layout {
     NibblePairs,
 }
 
-/// The activation layout `scheme`'s kernels read: Q5_0 pairs its nibbles as Q4_0 does
-/// on the VNNI arm only (the other arms unpack its blocks to element order).
-fn layout_for(scheme: QuantScheme, vnni: bool) -> Layout {
+/// The activation layout `scheme`'s row kernels read (`q8_packed` reads Natural).
+fn layout_for(scheme: QuantScheme) -> Layout {
     match scheme {
         QuantScheme::Q4_0 | QuantScheme::Q4_1 => Layout::NibblePairs,
-        QuantScheme::Q5_0 if vnni => Layout::NibblePairs,
         _ => Layout::Natural,
     }
 }
@@ -231,16 +229,12 @@ pub(super) struct Q8Row<'a> {
 }
 
 /// The factor `c` of a block's scalar term `c * s` that pairs with the weight header's
-/// second f16 (`m` for Q4_1, `d` otherwise) in the vector arms: Q4_1's min times `s`,
-/// Q4_0's `-8 d s` (weights are `q - 8`), Q5_0's `-16 d s` on the VNNI arm (the others
-/// unpack `q - 16`: 0), Q8_0's `-128 d s` where the VNNI arm biases the signed weights by
-/// +128 (the AVX2 arm does not: 0).
-fn ds_factor(scheme: QuantScheme, vnni: bool) -> f32 {
+/// second f16 (`m` for Q4_1, `d` otherwise) in the AVX2 arm: Q4_1's min times `s`, Q4_0's
+/// `-8 d s` (weights are `q - 8`); 0 for the others.
+fn ds_factor(scheme: QuantScheme) -> f32 {
     match scheme {
         QuantScheme::Q4_1 => 1.0,
         QuantScheme::Q4_0 => -8.0,
-        QuantScheme::Q5_0 if vnni => -16.0,
-        QuantScheme::Q8_0 if vnni => -128.0,
         _ => 0.0,
     }
 }
@@ -287,9 +281,8 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
     let packed = q8_packed::available(p.scheme, arm);
-    let (dot, vnni) = dot_kernel(p.scheme, arm);
-    let layout = if packed { Layout::Natural } else { layout_for(p.scheme, vnni) };
-    let c = ds_factor(p.scheme, vnni);
+    let layout = if packed { Layout::Natural } else { layout_for(p.scheme) };
+    let c = ds_factor(p.scheme);
     // Scratch: the m quantized rows (k bytes each) after 4 * m * nb floats of scales.
     let floats = 4 * m * nb + (m * k).div_ceil(4);
     crate::threads::with_scratch::<f32, _>(floats, |scratch| {
@@ -331,12 +324,8 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
                 q8_packed::dot_groups(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
             });
         }
-        match multi_dot_kernel(p.scheme, arm) {
-            Some(multi) if m > 1 => par_column_chunks(p, out, |j0, outs| {
-                multi(p.scheme, &w[j0 * rb..][..outs[0].len() * rb], &rows, outs);
-            }),
-            _ => par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o)),
-        }
+        let dot = dot_kernel(p.scheme, arm);
+        par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o))
     })
 }
 
@@ -429,70 +418,39 @@ multiversion! {
 /// `out[j] = W[j] . a` for the `out.len()` weight rows in the bytes.
 type DotFn = fn(QuantScheme, &[u8], &Q8Row, &mut [f32]);
 
-/// `out[i][j] = W[j] . a[i]` for several q8 rows at once.
-type MultiDotFn = fn(QuantScheme, &[u8], &[Q8Row], &mut [&mut [f32]]);
-
-/// A kernel that unpacks each weight block once for several activation rows (a batched
-/// decode step), bit for bit `dot_kernel`'s results; where there is none, rows go one at
-/// a time. SmolLM2 batched decode, 8 rows, 2 threads (AMD EPYC): see docs/performance.md.
-fn multi_dot_kernel(scheme: QuantScheme, arm: Arm) -> Option<MultiDotFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let f = features();
-        // The same condition as dot_kernel's VNNI arm (which fixes `ds_factor`).
-        let vnni = arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c;
-        if vnni && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q8_0) {
-            // SAFETY: the features were just checked.
-            return Some(|s, w, a, o| unsafe { x86::dot_rows_vnni_multi_avx512(s, w, a, o) });
-        }
-    }
-    let _ = (scheme, arm);
-    None
-}
-
-/// The dot products of weight rows with a q8 row, for `scheme` on `arm`, and whether it
-/// is the VNNI arm (which biases Q8_0 weights, see `ds_factor`).
-fn dot_kernel(scheme: QuantScheme, arm: Arm) -> (DotFn, bool) {
+/// The dot products of weight rows with a q8 row, for `scheme` on `arm`, where
+/// `q8_packed` does not take the product.
+fn dot_kernel(scheme: QuantScheme, arm: Arm) -> DotFn {
     let f = features();
-    #[cfg(target_arch = "x86_64")]
-    if matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q8_0)
-        && arm >= Arm::Avx512
-        && f.has_avx512()
-        && f.avx512vnni
-        && f.f16c
-    {
-        // SAFETY: the features were just checked.
-        return (|s, w, a, o| unsafe { x86::dot_rows_vnni_avx512(s, w, a, o) }, true);
-    }
     match scheme {
         QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0 => {
             #[cfg(target_arch = "x86_64")]
             {
                 if arm >= Arm::Avx2 && f.has_avx2_fma() && f.f16c {
                     // SAFETY: the features were just checked.
-                    return (|s, w, a, o| unsafe { x86::dot_rows_avx2(s, w, a, o) }, false);
+                    return |s, w, a, o| unsafe { x86::dot_rows_avx2(s, w, a, o) };
                 }
             }
             let _ = (arm, f);
-            (|s, w, a, o| each_row(s, w, a, o, dot_portable), false)
+            |s, w, a, o| each_row(s, w, a, o, dot_portable)
         }
         QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K => {
             #[cfg(target_arch = "x86_64")]
             if scheme == QuantScheme::Q4K && arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
                 // SAFETY: the features were just checked.
-                return (|_, w, a, o| unsafe { x86::dot_rows_q4k_vnni_avx512(w, a, o) }, true);
+                return |_, w, a, o| unsafe { x86::dot_rows_q4k_vnni_avx512(w, a, o) };
             }
             match arm.min(Arm::best()) {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `arm <= Arm::best()`: AVX-512 F/BW/VL/DQ + AVX2 + FMA detected.
-                Arm::Avx512 => (|s, w, a, o| unsafe { x86::dot_rows_unpacked_avx512(s, w, a, o) }, false),
+                Arm::Avx512 => |s, w, a, o| unsafe { x86::dot_rows_unpacked_avx512(s, w, a, o) },
                 #[cfg(not(target_arch = "x86_64"))]
-                Arm::Avx512 => (|s, w, a, o| dot_rows_unpacked(Arm::Avx512, s, w, a, o), false),
-                Arm::Avx2 => (|s, w, a, o| dot_rows_unpacked(Arm::Avx2, s, w, a, o), false),
-                Arm::Portable => (|s, w, a, o| dot_rows_unpacked(Arm::Portable, s, w, a, o), false),
+                Arm::Avx512 => |s, w, a, o| dot_rows_unpacked(Arm::Avx512, s, w, a, o),
+                Arm::Avx2 => |s, w, a, o| dot_rows_unpacked(Arm::Avx2, s, w, a, o),
+                Arm::Portable => |s, w, a, o| dot_rows_unpacked(Arm::Portable, s, w, a, o),
             }
         }
-        _ => (|s, w, a, o| each_row(s, w, a, o, dot_decoded), false),
+        _ => |s, w, a, o| each_row(s, w, a, o, dot_decoded),
     }
 }
 
@@ -509,44 +467,21 @@ fn madd_block(a: &[i8], b: &[i8], scale: &[f32; 16], acc: &mut [f32; 16]) {
     }
 }
 
-/// A block's quants as small integers, element order: Q5_0 `q - 16`, Q5_1 `q`, Q4_K / Q5_K
-/// `q` (their offsets are the sub-block mins), Q6_K `q - 32`. Written as loops over whole
-/// lanes so that they vectorize.
+/// A block's quants as small integers, element order: [`quant_gemm::quants`] less the
+/// offsets, Q5_0 `q - 16`, Q5_1 `q`, Q4_K / Q5_K `q` (their offsets are the sub-block
+/// mins), Q6_K `q - 32`.
 #[inline(always)]
 fn unpack_block(scheme: QuantScheme, b: &[u8], q: &mut [i8; 256]) {
-    match scheme {
-        QuantScheme::Q5_0 | QuantScheme::Q5_1 => {
-            let (at, offset) = if scheme == QuantScheme::Q5_1 { (4, 0) } else { (2, 16) };
-            let qh = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-            let qs = &b[at + 4..at + 20];
-            for j in 0..16 {
-                let lo = (qs[j] & 0xF) | ((((qh >> j) & 1) as u8) << 4);
-                let hi = (qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
-                q[j] = lo as i8 - offset;
-                q[j + 16] = hi as i8 - offset;
-            }
-        }
-        QuantScheme::Q4K | QuantScheme::Q5K => {
-            let mut u = [0u8; 256];
-            quant_gemm::k_quants(scheme, b, &mut u);
-            for (q, u) in q.iter_mut().zip(u) {
-                *q = u as i8; // at most 31
-            }
-        }
-        QuantScheme::Q6K => {
-            let (ql, qh) = (&b[0..128], &b[128..192]);
-            for h in 0..2 {
-                let (ql, qh, q) = (&ql[h * 64..][..64], &qh[h * 32..][..32], &mut q[h * 128..][..128]);
-                for l in 0..32 {
-                    let hb = qh[l];
-                    q[l] = ((ql[l] & 0xF) | ((hb & 3) << 4)) as i8 - 32;
-                    q[l + 32] = ((ql[l + 32] & 0xF) | (((hb >> 2) & 3) << 4)) as i8 - 32;
-                    q[l + 64] = ((ql[l] >> 4) | (((hb >> 4) & 3) << 4)) as i8 - 32;
-                    q[l + 96] = ((ql[l + 32] >> 4) | (((hb >> 6) & 3) << 4)) as i8 - 32;
-                }
-            }
-        }
-        _ => unreachable!("unpack_block: {scheme:?} has its own kernels"),
+    let bs = scheme.block_size();
+    let mut u = [0u8; 256];
+    quant_gemm::quants(scheme, b, &mut u[..bs]);
+    let offset = match scheme {
+        QuantScheme::Q5_0 => 16,
+        QuantScheme::Q6K => 32,
+        _ => 0,
+    };
+    for (q, &u) in q[..bs].iter_mut().zip(&u[..bs]) {
+        *q = u as i8 - offset; // u < 64
     }
 }
 
@@ -615,10 +550,12 @@ multiversion! {
 
 /// The arm the q8 dot kernels take on this host, for `rlx info`.
 pub fn q8_arm_name() -> &'static str {
-    match dot_kernel(QuantScheme::Q4_1, Arm::best()) {
-        (_, true) => "avx512-vnni (vpdpbusd)",
-        _ if Arm::best() >= Arm::Avx2 && features().f16c => "avx2 (vpmaddubsw)",
-        _ => "portable",
+    if q8_packed::available(QuantScheme::Q4_1, Arm::best()) {
+        "avx512-vnni (vpdpbusd, 16 rows repacked)"
+    } else if Arm::best() >= Arm::Avx2 && features().f16c {
+        "avx2 (vpmaddubsw)"
+    } else {
+        "portable"
     }
 }
 
@@ -646,8 +583,8 @@ fn nibble_isum(qs: &[u8], a: &[i8], lo: usize, hi: usize) -> i32 {
     sum
 }
 
-/// `(weights, block)`'s contribution for Q4_0 / Q4_1 / Q8_0 (and Q5_0 as the VNNI arm's
-/// last odd block), from the block's bytes; the activations are laid out as `layout`.
+/// `(weights, block)`'s contribution for Q4_0 / Q4_1 / Q8_0, from the block's bytes; the
+/// activations are laid out as `layout`.
 #[inline(always)]
 fn block_term(scheme: QuantScheme, layout: Layout, wb: &[u8], a: &Q8Row, b: usize, nb: usize) -> f32 {
     let (lo, hi) = halves(layout, b, nb);
@@ -662,18 +599,6 @@ fn block_term(scheme: QuantScheme, layout: Layout, wb: &[u8], a: &Q8Row, b: usiz
             let (dw, mw) = (f16_at(wb, 0), f16_at(wb, 2));
             dw * a.d[b] * nibble_isum(&wb[4..20], a.q, lo, hi) as f32 + mw * a.s[b]
         }
-        QuantScheme::Q5_0 => {
-            // w = d (q + 16 h - 16): the fifth bits' products added to the nibbles'.
-            let dw = f16_at(wb, 0);
-            let qh = u32::from_le_bytes([wb[2], wb[3], wb[4], wb[5]]);
-            let high: i32 = (0..16)
-                .map(|j| {
-                    16 * (((qh >> j) & 1) as i32 * a.q[lo + j] as i32
-                        + ((qh >> (j + 16)) & 1) as i32 * a.q[hi + j] as i32)
-                })
-                .sum();
-            dw * a.d[b] * (nibble_isum(&wb[6..22], a.q, lo, hi) + high) as f32 - 16.0 * dw * a.s[b]
-        }
         _ => {
             let dw = f16_at(wb, 0);
             let isum: i32 = wb[2..34].iter().zip(&a.q[b * 32..][..32]).map(|(&w, &x)| w as i8 as i32 * x as i32).sum();
@@ -684,7 +609,7 @@ fn block_term(scheme: QuantScheme, layout: Layout, wb: &[u8], a: &Q8Row, b: usiz
 
 fn dot_portable(scheme: QuantScheme, w: &[u8], a: &Q8Row) -> f32 {
     let (bb, nb) = (scheme.block_bytes(), a.d.len());
-    (0..nb).map(|b| block_term(scheme, layout_for(scheme, false), &w[b * bb..][..bb], a, b, nb)).sum()
+    (0..nb).map(|b| block_term(scheme, layout_for(scheme), &w[b * bb..][..bb], a, b, nb)).sum()
 }
 
 /// Any scheme: each weight block decoded to f32, dotted with the dequantized activations.
@@ -853,36 +778,20 @@ mod x86 {
         }
     }
 
-    /// Weights of blocks `b`, `b + 1` as 64 unsigned bytes in the order the q8 row stores
-    /// them (NibblePairs for 4-bit schemes and Q5_0's low four bits; Q8_0 biased by +128 to
-    /// be unsigned).
+    /// Q4_0 / Q4_1 blocks `b`, `b + 1` as 64 unsigned bytes in the order the q8 row
+    /// stores them (NibblePairs: low nibbles, then high nibbles).
     #[inline(always)]
     unsafe fn pair_bytes_256(scheme: QuantScheme, wa: *const u8, wb: *const u8) -> (__m256i, __m256i) {
         // SAFETY: `wa` / `wb` point at whole blocks of `scheme`; AVX2 is enabled in every caller.
         unsafe {
-            match scheme {
-                QuantScheme::Q8_0 => {
-                    let bias = _mm256_set1_epi8(-128);
-                    (
-                        _mm256_xor_si256(_mm256_loadu_si256(wa.add(2) as *const __m256i), bias),
-                        _mm256_xor_si256(_mm256_loadu_si256(wb.add(2) as *const __m256i), bias),
-                    )
-                }
-                _ => {
-                    let off = match scheme {
-                        QuantScheme::Q4_1 => 4,
-                        QuantScheme::Q5_0 => 6,
-                        _ => 2,
-                    };
-                    let x = _mm256_inserti128_si256(
-                        _mm256_castsi128_si256(_mm_loadu_si128(wa.add(off) as *const __m128i)),
-                        _mm_loadu_si128(wb.add(off) as *const __m128i),
-                        1,
-                    );
-                    let mask = _mm256_set1_epi8(0x0F);
-                    (_mm256_and_si256(x, mask), _mm256_and_si256(_mm256_srli_epi16(x, 4), mask))
-                }
-            }
+            let off = if scheme == QuantScheme::Q4_1 { 4 } else { 2 };
+            let x = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128(wa.add(off) as *const __m128i)),
+                _mm_loadu_si128(wb.add(off) as *const __m128i),
+                1,
+            );
+            let mask = _mm256_set1_epi8(0x0F);
+            (_mm256_and_si256(x, mask), _mm256_and_si256(_mm256_srli_epi16(x, 4), mask))
         }
     }
 
@@ -894,197 +803,6 @@ mod x86 {
             let hi = _mm_movehl_ps(v, v);
             let s = _mm_add_ps(v, hi);
             _mm_cvtss_f32(_mm_shuffle_ps(s, s, 1))
-        }
-    }
-
-    /// How far ahead (in weight rows) the batched kernel prefetches, walking its rows side
-    /// by side: 12 measured best for SmolLM2 decode when every kernel walked that way
-    /// (one thread: no prefetch 65 tok/s, 4 rows 104, 12 rows 110, 24 rows 99).
-    const PREFETCH_ROWS: usize = 12;
-
-    /// AVX-512 VNNI, `W` weight rows times `A` activation rows at once: two blocks (64
-    /// weights) per `vpdpbusd`. Each weight block pair is unpacked (and its header
-    /// converted) once for all `A` rows; the `W` rows' independent accumulators let the
-    /// core overlap them. Every (weight, activation) sum runs through the same operations
-    /// in the same order whatever `W` and `A` are, so a batched decode step's rows get
-    /// the bits of a one-row call.
-    ///
-    /// The rows are walked one after another, so the weights are read in address order:
-    /// walking the `W` rows block by block side by side (`W` interleaved streams, with a
-    /// software prefetch 12 rows ahead) read Gemma 3's 170 MiB Q8_0 output head at 7.5
-    /// GB/s from DRAM on one Zen 4 core; in address order, without prefetch, 17.4 GB/s,
-    /// where a plain read of the file streams 19-20 GB/s (with the prefetch: 12-15).
-    #[inline(always)]
-    unsafe fn rows_vnni<const W: usize, const A: usize>(
-        scheme: QuantScheme,
-        w: *const u8,
-        rb: usize,
-        acts: &[Q8Row],
-        out: &mut [&mut [f32]],
-        j: usize,
-    ) {
-        // SAFETY (whole body): every pointer stays inside `W` rows of `rb` bytes from `w`
-        // (whole blocks) or inside the `A` rows' `q` / `ds` (pairs of blocks); `out` has
-        // `A` rows of at least `j + W` values; the caller has the features.
-        unsafe {
-            let (bb, nb) = (scheme.block_bytes(), acts[0].d.len());
-            // i32 lanes of a block pair: NibblePairs puts block a in lanes 0-3 and 8-11,
-            // block b in 4-7 and 12-15; Natural (Q8_0) a in 0-7, b in 8-15. Scales come
-            // from lanes 0 (a) and 2 (b) of the header product.
-            let pick = if scheme == QuantScheme::Q8_0 {
-                _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2)
-            } else {
-                _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2)
-            };
-            let mut acc = [[_mm512_setzero_ps(); A]; W];
-            let mut extra = [[_mm_setzero_ps(); A]; W];
-            // One block pair of weight row `r` against every activation row's blocks
-            // `b`, `b + 1` (`az`, `act`). Macros, not closures: a closure is not compiled
-            // with this function's target features, and its intrinsics were left as
-            // out-of-line calls (the ISA gate caught them).
-            macro_rules! pair {
-                ($r:expr, $b:expr, $az:expr, $act:expr) => {{
-                    let (r, b, az, act): (usize, usize, &[__m512i; A], &[__m128; A]) = ($r, $b, $az, $act);
-                    let pa = w.add(r * rb + b * bb);
-                    let pb = pa.add(bb);
-                    let (x0, x1) = pair_bytes_256(scheme, pa, pb);
-                    let mut wz = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-                    if scheme == QuantScheme::Q5_0 {
-                        // Fifth bits: `qh` bit j belongs to value j of its block, and the
-                        // bytes hold a[0..16], b[0..16], a[16..32], b[16..32].
-                        let (ha, hb) =
-                            ((pa.add(2) as *const u32).read_unaligned(), (pb.add(2) as *const u32).read_unaligned());
-                        let bits = (ha & 0xFFFF) as u64
-                            | ((hb & 0xFFFF) as u64) << 16
-                            | ((ha >> 16) as u64) << 32
-                            | ((hb >> 16) as u64) << 48;
-                        wz = _mm512_or_si512(wz, _mm512_maskz_set1_epi8(bits, 0x10));
-                    }
-                    let header = headers(scheme, pa, pb);
-                    for i in 0..A {
-                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wz, az[i]);
-                        let prod = _mm_mul_ps(header, act[i]);
-                        extra[r][i] = _mm_add_ps(extra[r][i], prod);
-                        let scale = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(prod));
-                        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[r][i]);
-                    }
-                }};
-            }
-            macro_rules! acts_at {
-                ($b:expr) => {{
-                    let b: usize = $b;
-                    let mut az = [_mm512_setzero_si512(); A];
-                    let mut act = [_mm_setzero_ps(); A];
-                    for i in 0..A {
-                        az[i] = _mm512_loadu_si512(acts[i].q.as_ptr().add(b * 32) as *const __m512i);
-                        act[i] = _mm_loadu_ps(acts[i].ds.as_ptr().add(2 * b));
-                    }
-                    (az, act)
-                }};
-            }
-            // The loop order does not change any sum's operations or their order. One
-            // activation row: row by row, so the weights are read in address order (the
-            // rows are independent, so the core still overlaps them). Several (a batched
-            // step, compute-bound): block pair by block pair, each activation load shared
-            // by the `W` rows (SmolLM2, 8 rows, 2 threads: 226-240 tok/s row by row,
-            // 237-267 this way).
-            if A == 1 {
-                for r in 0..W {
-                    for b in (0..nb - nb % 2).step_by(2) {
-                        let (az, act) = acts_at!(b);
-                        pair!(r, b, &az, &act);
-                    }
-                }
-            } else {
-                for b in (0..nb - nb % 2).step_by(2) {
-                    let (az, act) = acts_at!(b);
-                    for r in 0..W {
-                        // Interleaved rows need the software prefetch (PREFETCH_ROWS).
-                        _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add((r + PREFETCH_ROWS) * rb + b * bb) as *const i8);
-                        pair!(r, b, &az, &act);
-                    }
-                }
-            }
-            let b = nb & !1;
-            for r in 0..W {
-                for i in 0..A {
-                    let mut sum = _mm512_reduce_add_ps(acc[r][i]) + odd_lanes(extra[r][i]);
-                    if b < nb {
-                        let row = std::slice::from_raw_parts(w.add(r * rb), rb);
-                        sum +=
-                            block_term(scheme, super::layout_for(scheme, true), &row[b * bb..][..bb], &acts[i], b, nb);
-                    }
-                    out[i][j + r] = sum;
-                }
-            }
-        }
-    }
-
-    /// `out[j] = W[j] . a` for the `out.len()` rows of `rb` bytes in `w`, AVX-512 VNNI.
-    ///
-    /// # Safety
-    /// The host has AVX-512 F/BW/VL/DQ, VNNI, AVX2, FMA and F16C; `w` holds `out.len()`
-    /// rows of `a.d.len()` blocks of `scheme` (Q4_0, Q4_1 or Q8_0); `a.ds` was built for
-    /// this arm (`ds_terms(scheme, true)`).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn dot_rows_vnni_avx512(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
-        let (n, rb) = (out.len(), w.len() / out.len().max(1));
-        let (acts, outs) = (std::slice::from_ref(a), &mut [out]);
-        let mut j = 0;
-        // SAFETY: the rows lie in `w`; features as the caller guarantees.
-        unsafe {
-            while j + 4 <= n {
-                rows_vnni::<4, 1>(scheme, w.as_ptr().add(j * rb), rb, acts, outs, j);
-                j += 4;
-            }
-            while j < n {
-                rows_vnni::<1, 1>(scheme, w.as_ptr().add(j * rb), rb, acts, outs, j);
-                j += 1;
-            }
-        }
-    }
-
-    /// Weight rows per pass of [`dot_rows_vnni_multi_avx512`].
-    const MULTI_W: usize = 2;
-    /// Activation rows per pass of [`dot_rows_vnni_multi_avx512`]: 2 x 4 accumulators and
-    /// scalar-term lanes fit the 32 vector registers beside the activation blocks.
-    const MULTI_A: usize = 4;
-
-    /// `out[i][j] = W[j] . acts[i]` for the weight rows of `rb` bytes in `w` (`out[i]`
-    /// holds one value per weight row), AVX-512 VNNI: [`dot_rows_vnni_avx512`] for several
-    /// activation rows (a batched decode step), each weight block unpacked once for up to
-    /// `MULTI_A` of them. Bit for bit the one-row kernel's results.
-    ///
-    /// # Safety
-    /// As [`dot_rows_vnni_avx512`], for every row of `acts`; `out` has a slice per row of
-    /// `acts`, each of the same length.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn dot_rows_vnni_multi_avx512(scheme: QuantScheme, w: &[u8], acts: &[Q8Row], out: &mut [&mut [f32]]) {
-        let n = out.first().map_or(0, |o| o.len());
-        let rb = w.len() / n.max(1);
-        // SAFETY: the rows lie in `w`; features as the caller guarantees.
-        unsafe {
-            for (acts, out) in acts.chunks(MULTI_A).zip(out.chunks_mut(MULTI_A)) {
-                macro_rules! pass {
-                    ($a:literal) => {{
-                        let mut j = 0;
-                        while j + MULTI_W <= n {
-                            rows_vnni::<MULTI_W, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
-                            j += MULTI_W;
-                        }
-                        while j < n {
-                            rows_vnni::<1, $a>(scheme, w.as_ptr().add(j * rb), rb, acts, out, j);
-                            j += 1;
-                        }
-                    }};
-                }
-                match acts.len() {
-                    4 => pass!(4),
-                    3 => pass!(3),
-                    2 => pass!(2),
-                    _ => pass!(1),
-                }
-            }
         }
     }
 
@@ -1254,7 +972,9 @@ mod x86 {
     /// `vpmaddwd` to 32 bits.
     #[inline(always)]
     unsafe fn rows_avx2<const R: usize>(scheme: QuantScheme, w: *const u8, rb: usize, a: &Q8Row, out: &mut [f32]) {
-        // SAFETY (whole body): as in `rows_vnni`.
+        // SAFETY (whole body): every pointer stays inside `R` rows of `rb` bytes from `w`
+        // (whole blocks) or inside the row's `q` / `ds` (pairs of blocks); `out` holds `R`
+        // values; the caller has the features.
         unsafe {
             let (bb, nb) = (scheme.block_bytes(), a.d.len());
             let q8 = scheme == QuantScheme::Q8_0;
@@ -1263,7 +983,9 @@ mod x86 {
                 (_mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), _mm256_set1_epi32(0), _mm256_set1_epi32(2));
             let mut acc = [_mm256_setzero_ps(); R];
             let mut extra = [_mm_setzero_ps(); R];
-            // Row by row, in address order, as `rows_vnni` (which says why).
+            // Row by row, so the weights are read in address order: walking rows block by
+            // block side by side read Gemma 3's 170 MiB Q8_0 head at 7.5 GB/s on one Zen 4
+            // core, in address order 17.4 (a plain read of the file: 19-20).
             for r in 0..R {
                 let mut b = 0;
                 while b + 1 < nb {
@@ -1306,7 +1028,7 @@ mod x86 {
                 let mut sum = _mm_cvtss_f32(s1) + odd_lanes(extra[r]);
                 if b < nb {
                     let row = std::slice::from_raw_parts(w.add(r * rb), rb);
-                    sum += block_term(scheme, super::layout_for(scheme, false), &row[b * bb..][..bb], a, b, nb);
+                    sum += block_term(scheme, super::layout_for(scheme), &row[b * bb..][..bb], a, b, nb);
                 }
                 out[r] = sum;
             }
@@ -1316,8 +1038,8 @@ mod x86 {
     /// `out[j] = W[j] . a`, AVX2.
     ///
     /// # Safety
-    /// The host has AVX2, FMA and F16C; `w` as for [`dot_rows_vnni_avx512`]; `a.ds` was
-    /// built for this arm (`ds_terms(scheme, false)`).
+    /// The host has AVX2, FMA and F16C; `w` holds `out.len()` rows of `a.d.len()` blocks of
+    /// `scheme` (Q4_0, Q4_1 or Q8_0); `a.ds` was built with this scheme's `ds_factor`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_rows_avx2(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
         let rb = w.len() / out.len().max(1);
