@@ -37,6 +37,42 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f6
     }
 }
 
+/// The decode attention loops: each dot's lanes are halved pairwise, each weighted sum
+/// runs over the keys in order, on every arm alike; rows of 1 to 130 values cover the
+/// 16-lane tail and the 64-value register blocks.
+#[test]
+fn decode_attention_loops_on_every_arm() {
+    use rlx_cpu::kernels::attention::{scaled_dots, weighted_rows};
+    const U: f64 = 5.96e-8;
+    for width in [1usize, 3, 15, 16, 17, 64, 70, 130] {
+        let keys = 9;
+        let q = data(width, width as u64, -2.0, 2.0);
+        let k = data(keys * width, 100 + width as u64, -2.0, 2.0);
+        let dots = all_arms_agree("scaled_dots", |arm| {
+            let mut s = vec![0.0; keys];
+            scaled_dots(arm, &q, &k, 0.5, &mut s);
+            s
+        });
+        let probs = data(keys, 200 + width as u64, 0.0, 1.0);
+        let sums = all_arms_agree("weighted_rows", |arm| {
+            let mut o = vec![f32::NAN; width];
+            weighted_rows(arm, &probs, &k, &mut o);
+            o
+        });
+        let row = |j: usize| &k[j * width..(j + 1) * width];
+        let want_dots: Vec<f64> =
+            (0..keys).map(|j| 0.5 * row(j).iter().zip(&q).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()).collect();
+        let abs_dot = |j: usize| row(j).iter().zip(&q).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum::<f64>();
+        assert_close(&format!("scaled_dots width {width}"), &dots, &want_dots, |j| 2.0 * width as f64 * U * abs_dot(j));
+        let want_sums: Vec<f64> =
+            (0..width).map(|t| (0..keys).map(|j| probs[j] as f64 * row(j)[t] as f64).sum()).collect();
+        let abs_sum = |t: usize| (0..keys).map(|j| (probs[j] as f64 * row(j)[t] as f64).abs()).sum::<f64>();
+        assert_close(&format!("weighted_rows width {width}"), &sums, &want_sums, |t| {
+            2.0 * keys as f64 * U * abs_sum(t)
+        });
+    }
+}
+
 #[test]
 fn softmax_and_norm_rows_on_every_arm() {
     const U: f64 = 5.96e-8; // f32 unit roundoff

@@ -89,6 +89,8 @@ fn attention_matches_reference() {
         // enough work (40 heads x 1000 keys x 128) to split its heads across threads.
         (1, 8, 2, 1, 40, 20, 17, M::CausalLen(33), None),
         (1, 40, 8, 1, 1100, 64, 64, M::CausalLen(1000), None),
+        // Rows past the weighted sum's 64-value register block (64 + 64 + 2).
+        (1, 4, 2, 1, 30, 70, 130, M::CausalLen(25), None),
         // Past one 64-row block of queries, on enough work to run in parallel.
         (1, 3, 1, 70, 80, 16, 16, M::CausalLen(75), None),
         (1, 2, 2, 130, 130, 8, 8, M::Causal, None),

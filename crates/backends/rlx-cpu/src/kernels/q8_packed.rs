@@ -196,6 +196,9 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86 {
     use super::{Packed, Q8Row, ROWS, block_bytes};
+
+    /// Bytes ahead of the block being dotted that are fetched into L1.
+    const PREFETCH: usize = 2048;
     use rlx_ir::quant::QuantScheme;
     use std::arch::x86_64::*;
 
@@ -249,6 +252,10 @@ pub(super) mod x86 {
                 let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
                 for b in 0..nb {
                     let at = group.add(b * bb);
+                    let ahead = at.add(PREFETCH);
+                    for line in (0..bb).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.add(line) as *const i8);
+                    }
                     let steps = steps(p.scheme, at);
                     let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
                     let ow = if p.scheme == QuantScheme::Q4_1 {
