@@ -194,13 +194,15 @@ fn gemm_matches_f64_and_openblas() {
 }
 
 /// The packed-weight product against an f64 reference at every tail of its 8-row tiles
-/// and 32-column panels, with the weight read row-major and transposed; each output row
-/// is bit for bit the same whatever the number of rows around it or the thread count.
+/// (4-row tiles on AVX2) and 32-column panels (16-column halves on AVX2), with the weight
+/// read row-major and transposed; each output row is bit for bit the same whatever the
+/// number of rows around it, the thread count or the arm.
 #[test]
 fn packed_gemm_matches_f64_at_every_tail() {
     use rlx_cpu::kernels::packed_gemm::{Panels, available, gemm};
-    if !available() {
-        eprintln!("packed_gemm needs AVX-512: not tested on this CPU");
+    let arms: Vec<Arm> = Arm::available().into_iter().filter(|&arm| available(arm)).collect();
+    if arms.is_empty() {
+        eprintln!("packed_gemm needs AVX2 or AVX-512: not tested on this CPU");
         return;
     }
     let pool = rlx_cpu::threads::pool(2).unwrap();
@@ -210,28 +212,38 @@ fn packed_gemm_matches_f64_at_every_tail() {
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k.max(1)) * n + i / k.max(1)]).collect();
             let row_major = Panels::pack(&b, (k, n), (n, 1)).unwrap();
             let transposed = Panels::pack(&bt, (k, n), (1, k)).unwrap();
-            for m in [1, 3, 7, 8, 9, 17, 33] {
+            for m in [1, 3, 5, 7, 8, 9, 17, 33] {
                 let a = data(m * k, 22, -1.0, 1.0);
                 let (want, mag) = gemm_reference(&a, &b, (m, k, n));
-                // Output rows 3 floats wider than n: writes past a row's n columns show.
-                let mut padded = vec![f32::NAN; m * (n + 3)];
-                gemm(m, &a, (k, 1), &row_major, &mut padded, n + 3, 1);
-                let what = format!("packed gemm {m}x{k}x{n}");
-                assert!(padded.chunks(n + 3).all(|row| row[n..].iter().all(|v| v.is_nan())), "{what}: wrote past n");
-                let c: Vec<f32> = padded.chunks(n + 3).flat_map(|row| row[..n].to_vec()).collect();
-                assert_close(&what, &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
-                let mut ct = vec![f32::NAN; m * n];
-                pool.install(|| gemm(m, &a, (k, 1), &transposed, &mut ct, n, 2));
-                assert_eq!(bits(&ct), bits(&c), "{what}: transposed weight on 2 threads");
-                // Row 0 alone gives the bits it had among m rows; so does a strided `a`
-                // (a^T stored [k, m]).
-                let mut one = vec![f32::NAN; n];
-                gemm(1, &a, (k, 1), &row_major, &mut one, n, 1);
-                assert_eq!(bits(&one), bits(&c[..n]), "{what}: row 0 alone");
-                let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
-                let mut cs = vec![f32::NAN; m * n];
-                gemm(m, &at, (1, m), &row_major, &mut cs, n, 1);
-                assert_eq!(bits(&cs), bits(&c), "{what}: a read transposed");
+                let mut first_arm: Option<Vec<f32>> = None;
+                for &arm in &arms {
+                    // Output rows 3 floats wider than n: writes past a row's n columns show.
+                    let mut padded = vec![f32::NAN; m * (n + 3)];
+                    gemm(arm, m, &a, (k, 1), &row_major, &mut padded, n + 3, 1);
+                    let what = format!("packed gemm {m}x{k}x{n} on {}", arm.name());
+                    assert!(
+                        padded.chunks(n + 3).all(|row| row[n..].iter().all(|v| v.is_nan())),
+                        "{what}: wrote past n"
+                    );
+                    let c: Vec<f32> = padded.chunks(n + 3).flat_map(|row| row[..n].to_vec()).collect();
+                    assert_close(&what, &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
+                    let mut ct = vec![f32::NAN; m * n];
+                    pool.install(|| gemm(arm, m, &a, (k, 1), &transposed, &mut ct, n, 2));
+                    assert_eq!(bits(&ct), bits(&c), "{what}: transposed weight on 2 threads");
+                    // Row 0 alone gives the bits it had among m rows; so does a strided `a`
+                    // (a^T stored [k, m]).
+                    let mut one = vec![f32::NAN; n];
+                    gemm(arm, 1, &a, (k, 1), &row_major, &mut one, n, 1);
+                    assert_eq!(bits(&one), bits(&c[..n]), "{what}: row 0 alone");
+                    let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+                    let mut cs = vec![f32::NAN; m * n];
+                    gemm(arm, m, &at, (1, m), &row_major, &mut cs, n, 1);
+                    assert_eq!(bits(&cs), bits(&c), "{what}: a read transposed");
+                    match &first_arm {
+                        Some(first) => assert_eq!(bits(&c), bits(first), "{what}: differs from {}", arms[0].name()),
+                        None => first_arm = Some(c),
+                    }
+                }
             }
         }
     }

@@ -17,6 +17,7 @@ use super::half_gemm::{self, Operand, Product};
 use super::packed_gemm::{self, Panels};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Num};
+use crate::features::Arm;
 use crate::threads::MIN_PARALLEL_ELEMS;
 use rayon::prelude::*;
 use rlx_ir::shape::{broadcast_strides, numel};
@@ -92,7 +93,7 @@ impl MatMulPlan {
     pub fn packable(&self) -> Option<((usize, usize), (usize, usize))> {
         let shared_b = self.batches.iter().all(|&(_, ob)| ob == 0);
         let rows = self.m.saturating_mul(self.batches.len());
-        (self.half.is_none() && shared_b && rows <= packed_gemm::MAX_ROWS && packed_gemm::available())
+        (self.half.is_none() && shared_b && rows <= packed_gemm::MAX_ROWS && packed_gemm::available(Arm::best()))
             .then_some(((self.k, self.n), self.b_strides))
     }
 
@@ -160,7 +161,7 @@ pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: 
                     return Err(Error::internal("packed weight of another shape"));
                 }
                 for_each_product(plan, (a.len(), k * n), out, |oa, _, c, threads| {
-                    packed_gemm::gemm(m, &a[oa..], sa, panels, c, n, threads)
+                    packed_gemm::gemm(Arm::best(), m, &a[oa..], sa, panels, c, n, threads)
                 })
             }
             None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),

@@ -9,8 +9,9 @@
 //!
 //! Layout: `Panels` holds the weight in column panels of `NR` (two AVX-512 vectors),
 //! each panel its `k` rows one after another (`NR` floats a row, zeros past `n`). A call
-//! packs the rows of `a` in blocks of `MR`, `k` columns of `MR` floats, so the kernel
-//! reads both operands in address order. Each output element is one FMA chain over
+//! packs the rows of `a` in blocks of a tile's height, `k` columns of that many floats, so the kernel
+//! reads both operands in address order. AVX-512 tiles are up to 8 rows by a panel, AVX2
+//! tiles up to 6 rows by half a panel. Each output element is one FMA chain over
 //! `p = 0..k` in order, whatever `m`, the row block it falls in, or the thread that
 //! computes its panel: results are bit-identical for every batch size and thread count.
 
@@ -21,9 +22,13 @@ use rlx_ir::{Error, Result};
 
 /// Columns per panel: two 16-float vectors.
 pub const NR: usize = 32;
-/// Rows per register tile (8 x 2 accumulators: 16 of the 32 vector registers; 12 and 16
-/// rows measured 15-40% slower on the MLP's second product, AMD EPYC).
+/// Rows per AVX-512 register tile (8 x 2 accumulators: 16 of the 32 vector registers; 12
+/// and 16 rows measured 15-40% slower on the MLP's second product, AMD EPYC).
 const MR: usize = 8;
+/// Rows per AVX2 tile, by half panels (6 x 2 accumulators, 2 weight vectors and a
+/// broadcast: 15 of the 16 vector registers). `a` is packed in blocks of this height
+/// there: blocks of 8 split 6 + 2 ran the 2-row tiles at half rate (latency-bound).
+const AVX2_MR: usize = 6;
 /// Most rows (all batches together) a product may have to take this path. One thread,
 /// AMD EPYC, against the `gemm` crate packing per call: 128 x 768 x 3072 104 vs 96
 /// GFLOP/s, 256 rows 110 vs 103, 512 rows 105 vs 105, 1024^3 107 vs 108: from ~512 rows
@@ -83,15 +88,30 @@ impl Panels {
     }
 }
 
-/// Whether packed products run on this CPU (the AVX-512 kernel; elsewhere the `gemm`
-/// crate's path stays).
-pub fn available() -> bool {
-    Arm::best() == Arm::Avx512
+/// Whether packed products run on `arm` on this CPU (AVX-512 and AVX2 tiles; elsewhere the
+/// `gemm` crate's path stays).
+pub fn available(arm: Arm) -> bool {
+    arm >= Arm::Avx2 && arm <= Arm::best()
 }
 
 /// `c = a @ panels` for `a [m, k]` read with element strides `sa`, into `c [m, n]` with
-/// rows `c_row` apart, on up to `threads` workers (whole panels each).
-pub fn gemm(m: usize, a: &[f32], sa: (usize, usize), panels: &Panels, c: &mut [f32], c_row: usize, threads: usize) {
+/// rows `c_row` apart, on up to `threads` workers (whole panels each), with `arm`'s tiles.
+/// Every arm gives the same bits (the same FMA chain per output).
+///
+/// # Panics
+/// If `arm` is not [`available`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    arm: Arm,
+    m: usize,
+    a: &[f32],
+    sa: (usize, usize),
+    panels: &Panels,
+    c: &mut [f32],
+    c_row: usize,
+    threads: usize,
+) {
+    assert!(available(arm), "packed gemm: the {} arm is not available on this CPU", arm.name());
     let (k, n) = (panels.k, panels.n);
     if m == 0 || n == 0 {
         return;
@@ -102,15 +122,16 @@ pub fn gemm(m: usize, a: &[f32], sa: (usize, usize), panels: &Panels, c: &mut [f
         c.chunks_mut(c_row).take(m).for_each(|row| row[..n].fill(0.0));
         return;
     }
-    let blocks = m.div_ceil(MR);
-    crate::threads::with_scratch::<f32, _>(blocks * k * MR, |packed_a| {
-        // Rows in blocks of MR, each block k columns of MR floats (zeros past m).
-        for (r, block) in packed_a.chunks_exact_mut(k * MR).enumerate() {
+    let mr = if arm == Arm::Avx512 { MR } else { AVX2_MR };
+    let blocks = m.div_ceil(mr);
+    crate::threads::with_scratch::<f32, _>(blocks * k * mr, |packed_a| {
+        // Rows in blocks of mr, each block k columns of mr floats (zeros past m).
+        for (r, block) in packed_a.chunks_exact_mut(k * mr).enumerate() {
             block.fill(0.0);
-            for i in 0..MR.min(m - r * MR) {
-                let row = &a[(r * MR + i) * sa.0..];
+            for i in 0..mr.min(m - r * mr) {
+                let row = &a[(r * mr + i) * sa.0..];
                 for p in 0..k {
-                    block[p * MR + i] = row[p * sa.1];
+                    block[p * mr + i] = row[p * sa.1];
                 }
             }
         }
@@ -121,10 +142,12 @@ pub fn gemm(m: usize, a: &[f32], sa: (usize, usize), panels: &Panels, c: &mut [f
             let width = NR.min(n - j * NR);
             let panel = &panels.floats()[j * k * NR..(j + 1) * k * NR];
             for r in 0..blocks {
-                let rows = MR.min(m - r * MR);
-                // SAFETY: rows r*MR.. of c, columns j*NR.. (width of them), lie inside `c`
+                let rows = mr.min(m - r * mr);
+                // SAFETY: rows r*mr.. of c, columns j*NR.. (width of them), lie inside `c`
                 // (m rows of c_row >= n); panel j's columns are written by this call only.
-                unsafe { tile(rows, k, &packed_a[r * k * MR..], panel, out.at(r * MR * c_row + j * NR), c_row, width) }
+                unsafe {
+                    tile(arm, rows, k, &packed_a[r * k * mr..], panel, out.at(r * mr * c_row + j * NR), c_row, width)
+                }
             }
         };
         if threads > 1 && columns > 1 {
@@ -151,23 +174,79 @@ impl Out {
     }
 }
 
-/// One register tile: `rows` (<= MR) rows of `c` times one panel.
+/// One register tile: `rows` rows of `c` (a block of `a`: [`MR`] rows on AVX-512,
+/// [`AVX2_MR`] on AVX2) times one panel, by halves of 16 columns on AVX2 (16 vector
+/// registers, not 32).
 ///
 /// # Safety
-/// `available()`; `a` holds `k * MR` floats, `panel` `k * NR`; `c` addresses `rows` rows
-/// of `width` (<= NR) writable floats, `c_row` apart.
-unsafe fn tile(rows: usize, k: usize, a: &[f32], panel: &[f32], c: *mut f32, c_row: usize, width: usize) {
-    debug_assert!(a.len() >= k * MR && panel.len() >= k * NR);
+/// `available(arm)`; `a` holds `k` steps of the arm's block height, `panel` `k * NR`
+/// floats; `c` addresses `rows` rows of `width` (<= NR) writable floats, `c_row` apart.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(arm: Arm, rows: usize, k: usize, a: &[f32], panel: &[f32], c: *mut f32, c_row: usize, width: usize) {
+    let (a, panel) = (a.as_ptr(), panel.as_ptr());
     macro_rules! rows {
-        ($($r:literal)*) => {
+        ($kernel:ident($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
             match rows {
-                // SAFETY: the caller's contract, and `available()` checked AVX-512.
-                $($r => unsafe { tile_avx512::<$r>(k, a.as_ptr(), panel.as_ptr(), c, c_row, width) },)*
-                _ => unreachable!("a tile has 1 to {MR} rows"),
+                // SAFETY: the caller's contract; `available` checked the arm's features.
+                $($r => unsafe { $kernel::<$r>(k, a, $panel, $c, c_row, $width) },)*
+                _ => unreachable!("a tile of {rows} rows"),
             }
         };
     }
-    rows!(1 2 3 4 5 6 7 8)
+    if arm == Arm::Avx512 {
+        return rows!(tile_avx512(panel, c, width), 1 2 3 4 5 6 7 8);
+    }
+    for half in (0..width).step_by(NR / 2) {
+        let cols = (width - half).min(NR / 2);
+        rows!(tile_avx2(panel.wrapping_add(half), c.wrapping_add(half), cols), 1 2 3 4 5 6);
+    }
+}
+
+/// [`tile`] on AVX2: `R` rows (from `a`, `AVX2_MR` floats a step) by 16 columns (from
+/// `panel`, `NR` floats a step), `width` of them stored.
+///
+/// # Safety
+/// The host has AVX2 and FMA; `a` and `panel` hold `k` steps; `c` addresses `R` rows of
+/// `width` (<= 16) writable floats, `c_row` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(
+    k: usize,
+    a: *const f32,
+    panel: *const f32,
+    c: *mut f32,
+    c_row: usize,
+    width: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut lo = [_mm256_setzero_ps(); R];
+    let mut hi = [_mm256_setzero_ps(); R];
+    for p in 0..k {
+        // SAFETY: p < k: inside the panel and the row block.
+        unsafe {
+            let b0 = _mm256_loadu_ps(panel.add(p * NR));
+            let b1 = _mm256_loadu_ps(panel.add(p * NR + 8));
+            for i in 0..R {
+                let ai = _mm256_set1_ps(*a.add(p * AVX2_MR + i));
+                lo[i] = _mm256_fmadd_ps(ai, b0, lo[i]);
+                hi[i] = _mm256_fmadd_ps(ai, b1, hi[i]);
+            }
+        }
+    }
+    for i in 0..R {
+        let mut row = [0f32; 16];
+        // SAFETY: `row` holds 16 floats; row i of c holds `width` of them.
+        unsafe {
+            _mm256_storeu_ps(row.as_mut_ptr(), lo[i]);
+            _mm256_storeu_ps(row.as_mut_ptr().add(8), hi[i]);
+            std::ptr::copy_nonoverlapping(row.as_ptr(), c.add(i * c_row), width);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile_avx2<const R: usize>(_: usize, _: *const f32, _: *const f32, _: *mut f32, _: usize, _: usize) {
+    unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -208,5 +287,5 @@ unsafe fn tile_avx512<const R: usize>(
 
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn tile_avx512<const R: usize>(_: usize, _: *const f32, _: *const f32, _: *mut f32, _: usize, _: usize) {
-    unreachable!("packed products run only where available() (x86-64 AVX-512)")
+    unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
