@@ -301,7 +301,7 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
         let k = if scheme.block_size() == 256 { 512 } else { 608 };
         for n in [1, 3, 17, 1000] {
             let w = random_weights(&mut rng, scheme, n, k);
-            for m in [2, 3, 5, 8, 9] {
+            for m in [2, 3, 5, 6, 7, 8, 9, 17] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
                 let run = |rows: usize, x: &[f32], threads: usize| {
                     let plan =
