@@ -250,6 +250,65 @@ fn half_keys_and_values_are_read_widened() {
     }
 }
 
+/// A decode step over an f16 cache with heads of whole vectors (the CPU reads such a
+/// cache without widening it first, GQA heads together): the f32 attention of the half
+/// values, and on the CPU bit for bit what the same values give from an f32 cache. Groups
+/// of 1, 3, 4 and 5 query heads per K/V head (past one pass of 4), 64- and 128-wide
+/// values, a sliding window and an empty window.
+#[test]
+fn a_decode_step_reads_an_f16_cache_as_the_f32_values() {
+    let mut rng = Rng::new(82);
+    for (hq, hkv, d, dv, skv, len, window) in [
+        (3, 3, 64, 64, 40, 17, None),
+        (9, 3, 64, 64, 120, 100, None),
+        (4, 1, 32, 128, 50, 50, Some(7)),
+        (10, 2, 16, 64, 33, 1, None),
+    ] {
+        let q = rand_input(&mut rng, DType::F32, &[1, hq, 1, d], -2.0, 2.0);
+        let k = rand_input(&mut rng, DType::F16, &[1, hkv, skv, d], -2.0, 2.0);
+        let v = rand_input(&mut rng, DType::F16, &[1, hkv, skv, dv], -2.0, 2.0);
+        let wide = |x: &In| input(DType::F32, &x.dims, x.values.clone());
+        let s = 1.0 / (d as f64).sqrt();
+        let expected = reference(&q, &k, &v, None, true, Some(len), window, s);
+        // K and V as params (a cache): the program keeps an f16 param packed.
+        let run = |k: &In, v: &In| {
+            let mut g = Graph::new("f16_cache");
+            let qn = g.input("q", DType::F32, &q.dims).unwrap();
+            let l = g.input("len", DType::I32, &[]).unwrap();
+            let kn = g.param("k", k.dtype, &k.dims).unwrap();
+            let vn = g.param("v", v.dtype, &v.dims).unwrap();
+            let mask = match window {
+                Some(w) => AttentionMask::SlidingLen(l, w),
+                None => AttentionMask::CausalLen(l),
+            };
+            let y = g.attention(qn, kn, vn, mask, None).unwrap();
+            g.set_outputs(&[y]).unwrap();
+            let mut program = Session::new(test_device()).unwrap().compile(&g).unwrap();
+            for (name, x) in [("k", k), ("v", v)] {
+                program.set_param_typed(name, &HostTensor::from_f64_as(x.dtype, &x.dims, &x.values).unwrap()).unwrap();
+            }
+            let qt = HostTensor::from_f64_as(DType::F32, &q.dims, &q.values).unwrap();
+            let lt = HostTensor::from_f64_as(DType::I32, &[], &[len as f64]).unwrap();
+            program.run_typed(&[("q", &qt), ("len", &lt)]).unwrap().remove(0)
+        };
+        let (half, full) = (run(&k, &v), run(&wide(&k), &wide(&v)));
+        let what = format!("f16 cache hq{hq} hkv{hkv} d{d} dv{dv} len{len}");
+        let k_err = (d + skv) as f64 * 4.0 + 16.0;
+        assert_close(
+            &half,
+            DType::F32,
+            &[1, hq, 1, dv],
+            &expected,
+            |i| bound(DType::F32, k_err, 8.0, expected[i]),
+            &what,
+        );
+        if std::env::var("RLX_TEST_DEVICE").is_err() {
+            let bits = |t: &HostTensor| t.to_f32_vec().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&half), bits(&full), "{what}: differs from the f32 cache");
+        }
+    }
+}
+
 /// A KV cache param in f16, appended in place and read by attention: the program keeps
 /// it packed (2 bytes an element) and updates it in place across runs.
 #[test]
