@@ -422,8 +422,8 @@ mod half16 {
             && arm == Arm::Avx512
             && f.has_avx512()
             && f.f16c
-            && p.d % 16 == 0
-            && p.dv % 64 == 0
+            && p.d.is_multiple_of(16)
+            && p.dv.is_multiple_of(64)
             && ins.slot(1)?.class == Class::F16
             && ins.slot(2)?.class == Class::F16)
     }
