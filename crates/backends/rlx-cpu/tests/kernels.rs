@@ -37,6 +37,40 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f6
     }
 }
 
+/// The KV cache's f32 -> f16 narrowing (F16C, 8 at a time, then a tail) gives what
+/// `half::f16::from_f32` gives, on exact ties, subnormals, overflow, inf, NaN and -0.
+#[test]
+fn f16_narrowing_matches_half_value_by_value() {
+    use rlx_cpu::kernels::half_gemm::narrow_f16;
+    let mut x = vec![
+        0.0f32,
+        -0.0,
+        1.0,
+        1.0 + 1.0 / 2048.0, // a tie: rounds to even (1.0)
+        1.0 + 3.0 / 2048.0, // a tie: rounds to even (1.0 + 2 / 1024)
+        65504.0,            // largest f16
+        65520.0,            // rounds to inf
+        -1e9,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        6.0e-8, // f16 subnormal
+        2.9e-8, // below half the smallest subnormal: 0
+        f32::MIN_POSITIVE,
+        -3.3e-5,
+    ];
+    x.extend(data(37, 5, -70000.0, 70000.0));
+    for len in [0, 1, 7, 8, 9, 17, x.len()] {
+        let mut got = vec![half::f16::ZERO; len];
+        narrow_f16(&x[..len], &mut got);
+        for (i, (g, &v)) in got.iter().zip(&x).enumerate() {
+            let want = half::f16::from_f32(v);
+            assert!(g.to_bits() == want.to_bits(), "narrow_f16 of {v:e} (index {i}, length {len}): {g} vs {want}");
+        }
+    }
+}
+
 /// The decode attention loops: each dot's lanes are halved pairwise, each weighted sum
 /// runs over the keys in order, on every arm alike; rows of 1 to 130 values cover the
 /// 16-lane tail and the 64-value register blocks.

@@ -30,8 +30,10 @@ pub fn kv_append(p: &KvAppendPlan, class: Class, in_place: bool, ins: &Args, out
     if matches!(class, Class::F16 | Class::BF16) {
         let new: &[f32] = ins.get(1)?;
         return match class {
-            Class::F16 => append_narrowed::<half::f16>(p, start, in_place, ins, out, new, half::f16::from_f32),
-            _ => append_narrowed::<half::bf16>(p, start, in_place, ins, out, new, half::bf16::from_f32),
+            Class::F16 => append_narrowed::<half::f16>(p, start, in_place, ins, out, new, super::half_gemm::narrow_f16),
+            _ => append_narrowed::<half::bf16>(p, start, in_place, ins, out, new, |src, dst| {
+                dst.iter_mut().zip(src).for_each(|(d, &v)| *d = half::bf16::from_f32(v))
+            }),
         };
     }
     with_class!(class, T => {
@@ -57,7 +59,7 @@ fn append_narrowed<H: crate::buffer::Elem>(
     ins: &Args,
     out: &mut Out,
     new: &[f32],
-    narrow: fn(f32) -> H,
+    narrow: fn(&[f32], &mut [H]),
 ) -> Result<()> {
     let out: &mut [H] = out_mut(out)?;
     if !in_place {
@@ -66,7 +68,7 @@ fn append_narrowed<H: crate::buffer::Elem>(
     let chunk = p.rows * p.inner;
     for o in 0..p.outer {
         let dst = (o * p.capacity + start) * p.inner;
-        out[dst..dst + chunk].iter_mut().zip(&new[o * chunk..(o + 1) * chunk]).for_each(|(d, &v)| *d = narrow(v));
+        narrow(&new[o * chunk..(o + 1) * chunk], &mut out[dst..dst + chunk]);
     }
     Ok(())
 }
