@@ -355,13 +355,15 @@ impl CpuProgram {
         }
         // Owned buffers stay locked for the run (and for reading the outputs); a buffer
         // bound to several params is locked once.
+        // (A set, not a scan of the earlier params: an 8-row decode graph binds ~770
+        // buffers, and the pairwise scan cost ~0.3 ms a step.)
         let mut guards = Vec::new();
-        for (i, (leaf, buffer)) in self.params.iter().zip(&self.param_buffers).enumerate() {
-            let Some(b) = buffer else { continue };
-            if self.param_buffers[..i].iter().flatten().any(|earlier| earlier.same_as(b)) {
-                continue;
-            }
-            if let Some(g) = b.lock(&leaf.name)? {
+        let mut locked = std::collections::HashSet::new();
+        for (leaf, buffer) in self.params.iter().zip(&self.param_buffers) {
+            let Some(b) = buffer.as_ref().filter(|b| !b.is_borrowed()) else { continue };
+            if locked.insert(b.id())
+                && let Some(g) = b.lock(&leaf.name)?
+            {
                 guards.push(g);
             }
         }
