@@ -112,6 +112,10 @@ pub struct CpuProgram {
     param_buffers: Vec<Option<ParamBuffer>>,
     /// Per param, whether a step writes its buffer (a kv_append cache updated in place).
     param_written: Vec<bool>,
+    /// The params whose owned buffers a run locks, each buffer at its first binding; made
+    /// on the first run after a binding changes (an 8-row decode graph binds ~770
+    /// buffers: scanning the earlier params for each cost ~0.3 ms a run).
+    locked: Option<Vec<usize>>,
     /// Buffer starts the slots index: the arena, then each param's buffer.
     bases: Vec<BufPtr>,
     outputs: Vec<(TSlot, DType, Vec<usize>)>,
@@ -212,6 +216,7 @@ impl CpuProgram {
             param_set: vec![false; params.len()],
             param_buffers,
             param_written,
+            locked: None,
             bases,
             inputs,
             params,
@@ -334,6 +339,7 @@ impl CpuProgram {
     fn install(&mut self, index: usize, buffer: ParamBuffer) {
         self.bases[index + 1] = buffer.start();
         self.param_buffers[index] = Some(buffer);
+        self.locked = None;
     }
 
     /// Runs with one tensor per input, in [`CpuProgram::inputs`] order, each of its declared type.
@@ -355,17 +361,17 @@ impl CpuProgram {
         }
         // Owned buffers stay locked for the run (and for reading the outputs); a buffer
         // bound to several params is locked once.
-        // (A set, not a scan of the earlier params: an 8-row decode graph binds ~770
-        // buffers, and the pairwise scan cost ~0.3 ms a step.)
-        let mut guards = Vec::new();
-        let mut locked = std::collections::HashSet::new();
-        for (leaf, buffer) in self.params.iter().zip(&self.param_buffers) {
-            let Some(b) = buffer.as_ref().filter(|b| !b.is_borrowed()) else { continue };
-            if locked.insert(b.id())
-                && let Some(g) = b.lock(&leaf.name)?
-            {
-                guards.push(g);
-            }
+        let param_buffers = &self.param_buffers;
+        let locked = self.locked.get_or_insert_with(|| {
+            let mut seen = std::collections::HashSet::new();
+            (0..param_buffers.len())
+                .filter(|&i| param_buffers[i].as_ref().is_some_and(|b| !b.is_borrowed() && seen.insert(b.id())))
+                .collect()
+        });
+        let mut guards = Vec::with_capacity(locked.len());
+        for &i in locked.iter() {
+            let buffer = self.param_buffers[i].as_ref().expect("a locked param has a buffer");
+            guards.extend(buffer.lock(&self.params[i].name)?);
         }
         refresh_packed(&mut self.thunks, &self.param_buffers, &self.param_written)?;
         let pool = self.pool.clone();

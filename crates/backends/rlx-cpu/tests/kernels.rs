@@ -37,11 +37,12 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], tol: impl Fn(usize) -> f6
     }
 }
 
-/// The KV cache's f32 -> f16 narrowing (F16C, 8 at a time, then a tail) gives what
-/// `half::f16::from_f32` gives, on exact ties, subnormals, overflow, inf, NaN and -0.
+/// The f32 -> f16 narrowing of casts and KV-cache appends (F16C, 8 at a time, then a
+/// tail) gives what `half::f16::from_f32` gives, on exact ties, subnormals, overflow,
+/// inf, NaN and -0.
 #[test]
 fn f16_narrowing_matches_half_value_by_value() {
-    use rlx_cpu::kernels::half_gemm::narrow_f16;
+    use rlx_cpu::kernels::elementwise::narrow_to_half;
     let mut x = vec![
         0.0f32,
         -0.0,
@@ -62,11 +63,11 @@ fn f16_narrowing_matches_half_value_by_value() {
     ];
     x.extend(data(37, 5, -70000.0, 70000.0));
     for len in [0, 1, 7, 8, 9, 17, x.len()] {
-        let mut got = vec![half::f16::ZERO; len];
-        narrow_f16(&x[..len], &mut got);
-        for (i, (g, &v)) in got.iter().zip(&x).enumerate() {
+        let mut got = vec![0u16; len];
+        narrow_to_half(rlx_ir::DType::F16, &x[..len], &mut got);
+        for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
             let want = half::f16::from_f32(v);
-            assert!(g.to_bits() == want.to_bits(), "narrow_f16 of {v:e} (index {i}, length {len}): {g} vs {want}");
+            assert!(g == want.to_bits(), "narrow_to_half of {v:e} (index {i}, length {len}): {g:#06x} vs {want}");
         }
     }
 }

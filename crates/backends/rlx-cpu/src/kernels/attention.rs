@@ -417,11 +417,9 @@ mod half16 {
 
     /// Whether this path takes the step: f16 K and V, rows of whole vectors, AVX-512 with F16C.
     pub(super) fn fits(p: &AttentionPlan, arm: Arm, ins: &Args) -> Result<bool> {
-        let f = features();
         Ok(cfg!(target_arch = "x86_64")
-            && arm == Arm::Avx512
-            && f.has_avx512()
-            && f.f16c
+            && arm.min(Arm::best()) == Arm::Avx512
+            && features().f16c
             && p.d.is_multiple_of(16)
             && p.dv.is_multiple_of(64)
             && ins.slot(1)?.class == Class::F16
@@ -456,11 +454,10 @@ mod half16 {
                 });
             }
         };
-        let kv_heads = p.b * p.hkv;
         if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_PARALLEL_MACS {
             out.par_chunks_mut(group * dv).enumerate().for_each(|(kv, o)| kv_head(kv, o));
         } else {
-            out.chunks_mut(group * dv).enumerate().take(kv_heads).for_each(|(kv, o)| kv_head(kv, o));
+            out.chunks_mut(group * dv).enumerate().for_each(|(kv, o)| kv_head(kv, o));
         }
     }
 

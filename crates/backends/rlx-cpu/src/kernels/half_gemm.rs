@@ -219,37 +219,6 @@ fn widen_f16_f16c(src: &[f16], dst: &mut [f32]) {
     }
 }
 
-/// f32 -> f16 rounded to nearest even, eight at a time with F16C's `vcvtps2ph` when the CPU
-/// has it (the instruction `half::f16::from_f32` runs one value at a time, behind a
-/// feature check per call: ~1.6 us per KV-cache append of 192 values).
-pub fn narrow_f16(src: &[f32], dst: &mut [f16]) {
-    #[cfg(target_arch = "x86_64")]
-    if features().f16c && features().avx {
-        // SAFETY: features() detected F16C and AVX.
-        return unsafe { narrow_f16_f16c(src, dst) };
-    }
-    dst.iter_mut().zip(src).for_each(|(o, &x)| *o = f16::from_f32(x));
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx,f16c")]
-fn narrow_f16_f16c(src: &[f32], dst: &mut [f16]) {
-    use std::arch::x86_64::{__m128i, _MM_FROUND_TO_NEAREST_INT, _mm_storeu_si128, _mm256_cvtps_ph, _mm256_loadu_ps};
-    let n = src.len().min(dst.len());
-    let mut i = 0;
-    while i + 8 <= n {
-        // SAFETY: i + 8 <= n elements of both slices.
-        unsafe {
-            let x = _mm256_loadu_ps(src.as_ptr().add(i));
-            _mm_storeu_si128(dst.as_mut_ptr().add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x));
-        }
-        i += 8;
-    }
-    for j in i..n {
-        dst[j] = f16::from_f32(src[j]);
-    }
-}
-
 /// The tiled arms: both operands packed into bf16 tiles, multiplied by AMX or by
 /// `vdpbf16ps`.
 mod tiled {
