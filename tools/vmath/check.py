@@ -6,7 +6,7 @@ Every kernel below is written exactly as the Rust code is meant to be written:
     rounding per + - * / (numpy never fuses a*b+c), Horner order as written;
   * "select(mask, a, b)" = compute both, pick per lane (np.where);
   * bit casts via .view(int32/uint32); integer ops wrap (two's complement);
-  * sin/cos/tan use f64 (np.float64) only for the argument reduction.
+  * sin/cos/tan reduce the argument in f32 for |x| <= 6000 and in f64 (np.float64) above.
 Denormals are not flushed (numpy does not set FTZ/DAZ).
 
 Coefficients come from coeffs.json (written by fit.py).
@@ -125,6 +125,14 @@ def _pio2_split():
 
 PIO2_HI_D, PIO2_LO_D = _pio2_split()
 
+# trig reduction (f32, |x| <= SHORT_RANGE; tools/vmath/trig_short_range.py derives these)
+TWO_OVER_PI = from_bits(I(0x3f22f983))
+PIO2_C1 = from_bits(I(0x3fc90000))
+PIO2_C2 = from_bits(I(0x39fda000))
+PIO2_C3 = from_bits(I(0x33a22000))
+PIO2_C4 = from_bits(I(0x2c34611a))
+SHORT_RANGE = F("6000.0")
+
 PIO2_HI = F("1.57079637")        # f32(pi/2)            0x3fc90fdb
 PIO2_LO = F("-4.37113883e-8")    # pi/2 - PIO2_HI       0xb33bbd2e
 PIO4_HI = F("0.785398185")       # f32(pi/4)            0x3f490fdb
@@ -240,7 +248,7 @@ def ln_1p(x):
 # --------------------------------------------------------------------------
 
 
-def _trig_reduce(x):
+def _trig_reduce_wide(x):
     xd = f32(x).astype(np.float64)
     t = xd * TWO_OVER_PI_D + MAGIC_D
     kd = t - MAGIC_D
@@ -251,6 +259,30 @@ def _trig_reduce(x):
     # the negated tail and subtracting keeps sin(-0) = -0 and tan(-0) = -0.
     rn = (rh.astype(np.float64) - rd).astype(np.float32)
     return rh, rn, q
+
+
+def _trig_reduce_short(x):
+    """The f32 Cody-Waite reduction (valid for |x| <= SHORT_RANGE): k*C1, k*C2, k*C3 are
+    exact, x - k*(C1+C2) is exact, and the rounding error of subtracting k*C3 is kept
+    (Fast2Sum) in the negated low part along with k*C4."""
+    x = f32(x)
+    t = x * TWO_OVER_PI + MAGIC
+    k = t - MAGIC
+    q = bits(t) - bits(MAGIC)
+    a = (x - k * PIO2_C1) - k * PIO2_C2
+    b = k * PIO2_C3
+    rh = a - b
+    rn = k * PIO2_C4 - ((a - rh) - b)
+    return rh, rn, q
+
+
+def _trig(x, kernel):
+    """kernel(reduced) per value, through the f32 reduction where |x| <= SHORT_RANGE and
+    the f64 one elsewhere (the Rust slice kernels skip the f64 one for chunks that need
+    none of it; the values are the same)."""
+    short = kernel(*_trig_reduce_short(x))
+    wide = kernel(*_trig_reduce_wide(x))
+    return select(fabs(f32(x)) <= SHORT_RANGE, short, wide)
 
 
 def _sin_poly(rh, rn, z):
@@ -266,24 +298,33 @@ def _sincos_pick(s, c, q):
     return from_bits(bits(v) ^ ((q & I(2)) << 30))
 
 
-def sin(x):
-    rh, rn, q = _trig_reduce(x)
+def _sin_reduced(rh, rn, q):
     z = rh * rh
     return _sincos_pick(_sin_poly(rh, rn, z), _cos_poly(rh, rn, z), q)
 
 
-def cos(x):
-    rh, rn, q = _trig_reduce(x)
+def _cos_reduced(rh, rn, q):
     z = rh * rh
     return _sincos_pick(_sin_poly(rh, rn, z), _cos_poly(rh, rn, z), q + I(1))
 
 
-def tan(x):
-    rh, rn, q = _trig_reduce(x)
+def _tan_reduced(rh, rn, q):
     z = rh * rh
     y = rh * (z * horner(z, C["tan"]))
     t = rh - ((rn + rn * z) - y)      # tail*(1+z) ~ tail*(1+tan^2)
     return select((q & I(1)) != 0, F(-1.0) / t, t)
+
+
+def sin(x):
+    return _trig(x, _sin_reduced)
+
+
+def cos(x):
+    return _trig(x, _cos_reduced)
+
+
+def tan(x):
+    return _trig(x, _tan_reduced)
 
 
 # --------------------------------------------------------------------------
@@ -709,6 +750,9 @@ def T_sincos():
         xs = Every(2.0 ** -12, 2.0 ** 7, 1)     # odd/even: sign handled by bit logic
         out.append(measure(Stat("sin abs err, EVERY f32 2^-12<=x<=128"), sin, np.sin, xs, "abs"))
         out.append(measure(Stat("cos abs err, EVERY f32 2^-12<=x<=128"), cos, np.cos, xs, "abs"))
+        xs = Every(128.0, 6000.0, 1)            # the rest of the f32 reduction's range
+        out.append(measure(Stat("sin abs err, EVERY f32 128<=x<=6000"), sin, np.sin, xs, "abs"))
+        out.append(measure(Stat("cos abs err, EVERY f32 128<=x<=6000"), cos, np.cos, xs, "abs"))
     xs = rand_bits_signed(0, 0.78, NS)
     out.append(measure(Stat("sin rel err, |x| <= 0.78"), sin, np.sin, xs, "rel"))
     xs = rand_bits_signed(1e6, 1e8, NS // 4)
@@ -726,6 +770,8 @@ def T_tan():
     if FULL:
         xs = Every(2.0 ** -12, 2.0 ** 7, 1)
         out.append(measure(Stat("tan rel err, EVERY f32 2^-12<=x<=128"), tan, np.tan, xs, "rel"))
+        out.append(measure(Stat("tan rel err, EVERY f32 128<=x<=6000"), tan, np.tan,
+                           Every(128.0, 6000.0, 1), "rel"))
     return out
 
 

@@ -1,9 +1,11 @@
 //! Vector math: f32 transcendentals as branch-free polynomials in plain Rust.
 //!
 //! No libm call, no branch, no table: every function is straight-line f32 (and, for the
-//! trig argument reduction, f64) arithmetic with selects, so a loop over a slice
-//! auto-vectorizes on baseline SSE2 and NEON, and the `multiversion!` slice kernels below
-//! recompile the same code for AVX2 and AVX-512 with identical results.
+//! trig argument reduction past |x| = 6000, f64) arithmetic with selects, so a loop over
+//! a slice auto-vectorizes on baseline SSE2 and NEON, and the `multiversion!` slice
+//! kernels below recompile the same code for AVX2 and AVX-512 with identical results.
+//! The one branch is per chunk of 64 values ([`map_split`]): sin, cos and tan skip the
+//! f64 reduction for a chunk that needs none of it.
 //!
 //! The algorithms and coefficients come from tools/vmath (fit.py fits them, check.py
 //! simulates these exact f32 operations against mpmath/float64; algorithms.md specifies
@@ -29,6 +31,7 @@ const PIO4_LO: f32 = f32::from_bits(0xb2bbbd2e);
 const TAN3PI8: f32 = f32::from_bits(0x401a827a);
 const TANPI8: f32 = f32::from_bits(0x3ed413cd);
 const TANH_CUT: f32 = 0.625;
+const TANH_EXP_MAX: f32 = 20.0;
 const ERF_CUT: f32 = 1.0;
 const ERFC_CUT: f32 = 0.75;
 const ERFC_YMAX: f32 = 10.5;
@@ -36,6 +39,17 @@ const GELU_XMAX: f32 = f32::from_bits(0x416ccccd);
 const FRAC_1_SQRT2: f32 = f32::from_bits(0x3f3504f3);
 const GT_K0: f32 = f32::from_bits(0x3fcc422a);
 const GT_K1: f32 = f32::from_bits(0x3d922279);
+
+const TWO_OVER_PI: f32 = f32::from_bits(0x3f22f983);
+/// pi/2 = C1 + C2 + C3 + C4 + 8.3e-20, each part the remainder truncated (so all are
+/// positive and a -0 stays -0): C1 to 2^-11, C2 to 2^-23, C3 to 2^-34 (12, 12 and 11
+/// significant bits, so k * Ci is exact for |k| < 2^12), C4 the remainder rounded to f32.
+const PIO2_C1: f32 = f32::from_bits(0x3fc90000);
+const PIO2_C2: f32 = f32::from_bits(0x39fda000);
+const PIO2_C3: f32 = f32::from_bits(0x33a22000);
+const PIO2_C4: f32 = f32::from_bits(0x2c34611a);
+/// The f32 reduction's range: k = round(x * 2/pi) stays under 2^12 (up to 6433).
+const SHORT_RANGE: f32 = 6000.0;
 
 const TWO_OVER_PI_D: f64 = std::f64::consts::FRAC_2_PI;
 const MAGIC_D: f64 = 6755399441055744.0;
@@ -222,9 +236,10 @@ pub fn ln_1p_with<O: Ops>(x: f32) -> f32 {
     sel(x == 0.0, x, r)
 }
 
-/// x - k*pi/2 in f64, as f32 high part `rh` and NEGATED low part `rn`, and k.
+/// x - k*pi/2 in f64, as f32 high part `rh` and NEGATED low part `rn`, and k: for every
+/// x (accurate to 2^-50 for |x| < 2.6e7), at twice the cost of [`reduce_short`].
 #[inline(always)]
-fn reduce(x: f32) -> (f32, f32, i32) {
+fn reduce_wide(x: f32) -> (f32, f32, i32) {
     let xd = x as f64;
     let t = xd * TWO_OVER_PI_D + MAGIC_D;
     let kd = t - MAGIC_D;
@@ -235,9 +250,29 @@ fn reduce(x: f32) -> (f32, f32, i32) {
     (rh, rn, q)
 }
 
+/// [`reduce_wide`]'s result in f32 for |x| <= SHORT_RANGE (Cody-Waite in four parts,
+/// tools/vmath/algorithms.md): `x - k*(C1 + C2)` is exact (Sterbenz, then a multiple of
+/// 2^-24 under 1), the subtraction of `k*C3` keeps its rounding error (Fast2Sum: either
+/// |a| >= |b| or the difference is exact), and `k*C4` goes into the low part. The pair is
+/// within 8e-16 of x - k*pi/2, and within 6.5e-9 of it relatively where it is smallest
+/// (tools/vmath/trig_short_range.py), which tan's relative bound needs. The fused arms
+/// use FMAs where the products are exact (same values, fewer instructions); only k's
+/// rounding at a tie and rn's last bit can differ from the portable arm.
 #[inline(always)]
-fn sin_cos_quadrant<O: Ops>(x: f32, offset: i32) -> f32 {
-    let (rh, rn, q) = reduce(x);
+fn reduce_short<O: Ops>(x: f32) -> (f32, f32, i32) {
+    let t = O::fma(x, TWO_OVER_PI, MAGIC);
+    let k = t - MAGIC;
+    let q = ibits(t).wrapping_sub(ibits(MAGIC));
+    let a = O::fma(-k, PIO2_C2, O::fma(-k, PIO2_C1, x));
+    let b = k * PIO2_C3;
+    let rh = a - b;
+    let rn = O::fma(k, PIO2_C4, -((a - rh) - b));
+    (rh, rn, q)
+}
+
+/// sin (`offset` 0) or cos (`offset` 1) from a reduced argument.
+#[inline(always)]
+fn sin_cos_reduced<O: Ops>((rh, rn, q): (f32, f32, i32), offset: i32) -> f32 {
     let q = q.wrapping_add(offset);
     let z = rh * rh;
     let s = rh - (rn - rh * (z * horner::<O, _>(z, &SIN_P)));
@@ -246,26 +281,52 @@ fn sin_cos_quadrant<O: Ops>(x: f32, offset: i32) -> f32 {
     from_ibits(ibits(v) ^ ((q & 2) << 30))
 }
 
+/// tan from a reduced argument.
+#[inline(always)]
+fn tan_reduced<O: Ops>((rh, rn, q): (f32, f32, i32)) -> f32 {
+    let z = rh * rh;
+    let y = rh * (z * horner::<O, _>(z, &TAN_P));
+    let t = rh - (O::fma(rn, z, rn) - y);
+    sel((q & 1) != 0, -1.0 / t, t)
+}
+
+/// sin x through the f32 reduction, and whether that was valid for x (|x| <= SHORT_RANGE).
+#[inline(always)]
+pub fn sin_short<O: Ops>(x: f32) -> (f32, bool) {
+    (sin_cos_reduced::<O>(reduce_short::<O>(x), 0), fabs(x) <= SHORT_RANGE)
+}
+
+/// cos x through the f32 reduction, and whether that was valid for x.
+#[inline(always)]
+pub fn cos_short<O: Ops>(x: f32) -> (f32, bool) {
+    (sin_cos_reduced::<O>(reduce_short::<O>(x), 1), fabs(x) <= SHORT_RANGE)
+}
+
+/// tan x through the f32 reduction, and whether that was valid for x (|x| <= SHORT_RANGE).
+#[inline(always)]
+pub fn tan_short<O: Ops>(x: f32) -> (f32, bool) {
+    (tan_reduced::<O>(reduce_short::<O>(x)), fabs(x) <= SHORT_RANGE)
+}
+
 /// sin x, absolute error <= 8.3e-8 for |x| <= 1e6.
 #[inline(always)]
 pub fn sin_with<O: Ops>(x: f32) -> f32 {
-    sin_cos_quadrant::<O>(x, 0)
+    let (short, ok) = sin_short::<O>(x);
+    sel(ok, short, sin_cos_reduced::<O>(reduce_wide(x), 0))
 }
 
 /// cos x, absolute error <= 8.2e-8 for |x| <= 1e6.
 #[inline(always)]
 pub fn cos_with<O: Ops>(x: f32) -> f32 {
-    sin_cos_quadrant::<O>(x, 1)
+    let (short, ok) = cos_short::<O>(x);
+    sel(ok, short, sin_cos_reduced::<O>(reduce_wide(x), 1))
 }
 
 /// tan x, relative error <= 1.3e-7 for |x| <= 1e6, finite near the poles.
 #[inline(always)]
 pub fn tan_with<O: Ops>(x: f32) -> f32 {
-    let (rh, rn, q) = reduce(x);
-    let z = rh * rh;
-    let y = rh * (z * horner::<O, _>(z, &TAN_P));
-    let t = rh - ((rn + rn * z) - y);
-    sel((q & 1) != 0, -1.0 / t, t)
+    let (short, ok) = tan_short::<O>(x);
+    sel(ok, short, tan_reduced::<O>(reduce_wide(x)))
 }
 
 /// atan x, absolute error <= 1.0e-7 over all f32; atan(+-inf) = +-pi/2.
@@ -285,6 +346,21 @@ pub fn atan_with<O: Ops>(x: f32) -> f32 {
     or_sign(r, sg)
 }
 
+/// tanh's e^y for y = 2|x| (>= 0, or NaN): [`exp_with`]'s operations without what y
+/// never needs: the low clamp, and the two-step scaling by 2^k (k <= 29 here: one
+/// multiply gives the same bits). y is clamped at 20, past which tanh is exactly 1
+/// either way. The fused arms use FMAs for the reduction too (fewer roundings); the
+/// portable arm's bits are exp_with's. 41 -> 31 vector operations per tanh.
+#[inline(always)]
+fn exp_tanh<O: Ops>(y: f32) -> f32 {
+    let y = sel(y > TANH_EXP_MAX, TANH_EXP_MAX, y);
+    let t = O::fma(y, LOG2E, MAGIC);
+    let kf = t - MAGIC;
+    let ki = ibits(t).wrapping_sub(ibits(MAGIC));
+    let r = O::fma(-kf, LN2_LO, O::fma(-kf, LN2_HI, y));
+    exp_poly::<O>(r) * from_ibits(ki.wrapping_add(127) << 23)
+}
+
 /// tanh x, relative error <= 1.4e-7; exactly +-1 for |x| >= 9.010914.
 #[inline(always)]
 pub fn tanh_with<O: Ops>(x: f32) -> f32 {
@@ -292,7 +368,7 @@ pub fn tanh_with<O: Ops>(x: f32) -> f32 {
     let a = fabs(x);
     let z = a * a;
     let ps = a + a * (z * horner::<O, _>(z, &TANH_P));
-    let e = exp_with::<O>(a + a);
+    let e = exp_tanh::<O>(a + a);
     let pb = 1.0 - 2.0 / (e + 1.0);
     or_sign(sel(a < TANH_CUT, ps, pb), sg)
 }
@@ -501,20 +577,80 @@ pub fn log_sigmoid(x: f32) -> f32 {
     log_sigmoid_with::<Exact>(x)
 }
 
+/// Values per chunk of a split kernel ([`map_split`]).
+const SPLIT_CHUNK: usize = 64;
+
+/// `out[i] = with(x[i])` for a function whose `with` selects, per value, between a fast
+/// path and a slow one (sin, cos, tan: the f32 or the f64 argument reduction): each
+/// chunk takes `short`'s values when every value in it had the fast path valid, else
+/// `with`'s. A value's bits never depend on its neighbours; a chunk pays for the slow
+/// path only when one of its values needs it.
+#[inline(always)]
+fn map_split(x: &[f32], out: &mut [f32], short: impl Fn(f32) -> (f32, bool), with: impl Fn(f32) -> f32) {
+    for (oc, xc) in out.chunks_mut(SPLIT_CHUNK).zip(x.chunks(SPLIT_CHUNK)) {
+        let mut all_short = true;
+        for (o, &v) in oc.iter_mut().zip(xc) {
+            let (r, ok) = short(v);
+            *o = r;
+            all_short &= ok;
+        }
+        if !all_short {
+            for (o, &v) in oc.iter_mut().zip(xc) {
+                *o = with(v);
+            }
+        }
+    }
+}
+
+/// The body of a slice (`map`), in-place (`inplace`) or leaf-sum (`sum`) kernel: a plain
+/// loop over `$with` (short `_`), or [`map_split`] with the function's short path.
+macro_rules! map_values {
+    (map, _, $with:ident, $O:ident, $x:ident, $out:ident) => {
+        for (o, &v) in $out.iter_mut().zip($x) {
+            *o = $crate::vmath::$with::<$O>(v);
+        }
+    };
+    (map, $short:ident, $with:ident, $O:ident, $x:ident, $out:ident) => {
+        $crate::vmath::map_split($x, $out, $crate::vmath::$short::<$O>, $crate::vmath::$with::<$O>)
+    };
+    (inplace, _, $with:ident, $O:ident, $values:ident) => {
+        for v in $values.iter_mut() {
+            *v = $with::<$O>(*v);
+        }
+    };
+    (inplace, $short:ident, $with:ident, $O:ident, $values:ident) => {
+        for chunk in $values.chunks_mut(SPLIT_CHUNK) {
+            let mut copy = [0f32; SPLIT_CHUNK];
+            let x = &mut copy[..chunk.len()];
+            x.copy_from_slice(chunk);
+            map_split(x, chunk, $short::<$O>, $with::<$O>);
+        }
+    };
+    (sum, _, $with:ident, $O:ident, $x:ident) => {
+        crate::kernels::rows::sum_map($x, $with::<$O>)
+    };
+    // The values first, then the same lane order (`sum_map` of the identity).
+    (sum, $short:ident, $with:ident, $O:ident, $x:ident) => {{
+        let mut values = [0f32; rlx_ir::ops::reduce::SUM_BLOCK];
+        let values = &mut values[..$x.len()];
+        map_split($x, values, $short::<$O>, $with::<$O>);
+        crate::kernels::rows::sum_map(values, |v| v)
+    }};
+}
+
 /// Defines the multiversioned slice kernels `$slice(arm, x, out)`,
 /// `$inplace(arm, values)` and `$sum(arm, x)` for each scalar function. `$fast`, when
-/// given, replaces the slice kernel on the AVX-512 arm (same bits, hand-scheduled).
+/// given, replaces the slice kernel on the AVX-512 arm (same bits, hand-scheduled);
+/// `$short`, when not `_`, is the function's fast path for [`map_split`].
 macro_rules! slice_kernels {
-    ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident, $sum:ident, $fast:expr)),* $(,)?) => {
+    ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident, $sum:ident, $fast:expr, $short:tt)),* $(,)?) => {
         $(
             #[doc(hidden)]
             pub mod $slice {
                 crate::multiversion_ops! {
                     /// The multiversioned loop over the scalar function.
                     pub fn generic<O>(x: &[f32], out: &mut [f32]) {
-                        for (o, &v) in out.iter_mut().zip(x) {
-                            *o = super::$with::<O>(v);
-                        }
+                        map_values!(map, $short, $with, O, x, out)
                     }
                 }
             }
@@ -530,9 +666,7 @@ macro_rules! slice_kernels {
             crate::multiversion_ops! {
                 #[doc = concat!("`v[i] = ", $name, "(v[i])`.")]
                 pub fn $inplace<O>(values: &mut [f32]) {
-                    for v in values.iter_mut() {
-                        *v = $with::<O>(*v);
-                    }
+                    map_values!(inplace, $short, $with, O, values)
                 }
             }
             crate::multiversion_ops! {
@@ -540,7 +674,7 @@ macro_rules! slice_kernels {
                 /// the pairwise sum (`x.len() <= SUM_BLOCK`): the bits of `$slice` followed
                 /// by `reduce`'s sum, the values added as they are made, never stored.
                 pub fn $sum<O>(x: &[f32]) -> f32 {
-                    crate::kernels::rows::sum_map(x, $with::<O>)
+                    map_values!(sum, $short, $with, O, x)
                 }
             }
         )*
@@ -573,21 +707,21 @@ pub type InplaceFn = fn(crate::arch::Arm, &mut [f32]);
 pub type SumFn = fn(crate::arch::Arm, &[f32]) -> f32;
 
 slice_kernels![
-    ("exp", exp, exp_with, exp_slice, exp_inplace, exp_sum, None),
-    ("log", log, log_with, log_slice, log_inplace, log_sum, LOG_AVX512[0]),
-    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace, ln_1p_sum, LOG_AVX512[1]),
-    ("sin", sin, sin_with, sin_slice, sin_inplace, sin_sum, None),
-    ("cos", cos, cos_with, cos_slice, cos_inplace, cos_sum, None),
-    ("tan", tan, tan_with, tan_slice, tan_inplace, tan_sum, None),
-    ("atan", atan, atan_with, atan_slice, atan_inplace, atan_sum, None),
-    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace, tanh_sum, None),
-    ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace, sigmoid_sum, None),
-    ("erf", erf, erf_with, erf_slice, erf_inplace, erf_sum, None),
-    ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace, erfc_sum, None),
-    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace, gelu_sum, None),
-    ("gelu_tanh", gelu_tanh, gelu_tanh_with, gelu_tanh_slice, gelu_tanh_inplace, gelu_tanh_sum, None),
-    ("silu", silu, silu_with, silu_slice, silu_inplace, silu_sum, None),
-    ("softplus", softplus, softplus_with, softplus_slice, softplus_inplace, softplus_sum, None),
-    ("mish", mish, mish_with, mish_slice, mish_inplace, mish_sum, None),
-    ("log_sigmoid", log_sigmoid, log_sigmoid_with, log_sigmoid_slice, log_sigmoid_inplace, log_sigmoid_sum, None),
+    ("exp", exp, exp_with, exp_slice, exp_inplace, exp_sum, None, _),
+    ("log", log, log_with, log_slice, log_inplace, log_sum, LOG_AVX512[0], _),
+    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace, ln_1p_sum, LOG_AVX512[1], _),
+    ("sin", sin, sin_with, sin_slice, sin_inplace, sin_sum, None, sin_short),
+    ("cos", cos, cos_with, cos_slice, cos_inplace, cos_sum, None, cos_short),
+    ("tan", tan, tan_with, tan_slice, tan_inplace, tan_sum, None, tan_short),
+    ("atan", atan, atan_with, atan_slice, atan_inplace, atan_sum, None, _),
+    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace, tanh_sum, None, _),
+    ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace, sigmoid_sum, None, _),
+    ("erf", erf, erf_with, erf_slice, erf_inplace, erf_sum, None, _),
+    ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace, erfc_sum, None, _),
+    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace, gelu_sum, None, _),
+    ("gelu_tanh", gelu_tanh, gelu_tanh_with, gelu_tanh_slice, gelu_tanh_inplace, gelu_tanh_sum, None, _),
+    ("silu", silu, silu_with, silu_slice, silu_inplace, silu_sum, None, _),
+    ("softplus", softplus, softplus_with, softplus_slice, softplus_inplace, softplus_sum, None, _),
+    ("mish", mish, mish_with, mish_slice, mish_inplace, mish_sum, None, _),
+    ("log_sigmoid", log_sigmoid, log_sigmoid_with, log_sigmoid_slice, log_sigmoid_inplace, log_sigmoid_sum, None, _),
 ];
