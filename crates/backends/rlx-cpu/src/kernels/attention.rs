@@ -445,7 +445,7 @@ mod half16 {
                     let (scores, probs) = scratch.split_at_mut(heads * keys);
                     // SAFETY: `fits` found AVX-512 and F16C; the slices hold `heads` query
                     // rows of d, `keys` K rows of d and V rows of dv, `heads` output rows.
-                    unsafe { x86::dots_avx512(qh, kh, d, p.scale as f32, scores) };
+                    unsafe { x86::dots_avx512(qh, kh, d, vh, dv, p.scale as f32, scores) };
                     for (s, pr) in scores.chunks_exact(keys).zip(probs.chunks_exact_mut(keys)) {
                         crate::kernels::rows::softmax_rows(Arm::Avx512, s, pr, keys);
                     }
@@ -467,18 +467,47 @@ mod half16 {
         use half::f16;
         use std::arch::x86_64::*;
 
-        /// `scores[h * keys + j] = (q_h . k_j) * scale` for the `q.len() / d` query rows.
+        /// K and V rows are prefetched this many rows ahead of their use: a decode step's
+        /// cache rows were evicted by the weights streamed since the last step, and the
+        /// hardware prefetchers do not ramp up within one head's few KiB of rows.
+        const PREFETCH_ROWS: usize = 8;
+
+        /// Prefetches the `len` f16 values at `at` into L1 (a prefetch never faults, so
+        /// rows past the end of the cache are harmless).
+        #[inline(always)]
+        fn prefetch_row(at: *const f16, len: usize) {
+            for line in (0..len).step_by(32) {
+                // SAFETY: a prefetch of any address is defined (no access is made).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line) as *const i8) };
+            }
+        }
+
+        /// `scores[h * keys + j] = (q_h . k_j) * scale` for the `q.len() / d` query rows;
+        /// V's rows (`v`, rows of `dv`) are prefetched as K's are read, for the weighted sum.
         ///
         /// # Safety
         /// The host has AVX-512 F/DQ and F16C; `d` is a multiple of 16; `k` holds whole rows
         /// of `d`; `scores` holds one value per (query row, K row).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-        pub unsafe fn dots_avx512(q: &[f32], k: &[f16], d: usize, scale: f32, scores: &mut [f32]) {
+        pub unsafe fn dots_avx512(
+            q: &[f32],
+            k: &[f16],
+            d: usize,
+            v: &[f16],
+            dv: usize,
+            scale: f32,
+            scores: &mut [f32],
+        ) {
             let (heads, keys) = (q.len() / d, k.len() / d);
             // SAFETY (whole body): reads stay in rows of `q` and `k`, writes in `scores`.
             unsafe {
+                for j in 0..PREFETCH_ROWS.min(keys) {
+                    prefetch_row(k.as_ptr().add(j * d), d);
+                }
                 for j in 0..keys {
                     let row = k.as_ptr().add(j * d) as *const __m256i;
+                    prefetch_row(k.as_ptr().wrapping_add((j + PREFETCH_ROWS) * d), d);
+                    prefetch_row(v.as_ptr().wrapping_add(j * dv), dv);
                     let mut acc = [_mm512_setzero_ps(); HEADS];
                     for c in 0..d / 16 {
                         let kc = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(c)));
@@ -543,7 +572,7 @@ mod half16 {
     #[cfg(not(target_arch = "x86_64"))]
     mod x86 {
         use half::f16;
-        pub unsafe fn dots_avx512(_: &[f32], _: &[f16], _: usize, _: f32, _: &mut [f32]) {
+        pub unsafe fn dots_avx512(_: &[f32], _: &[f16], _: usize, _: &[f16], _: usize, _: f32, _: &mut [f32]) {
             unreachable!("fits() is false off x86-64")
         }
         pub unsafe fn weighted_avx512(_: &[f32], _: usize, _: &[f16], _: usize, _: &mut [f32]) {
