@@ -292,19 +292,19 @@ fn tan_reduced<O: Ops>((rh, rn, q): (f32, f32, i32)) -> f32 {
 
 /// sin x through the f32 reduction, and whether that was valid for x (|x| <= SHORT_RANGE).
 #[inline(always)]
-pub fn sin_short<O: Ops>(x: f32) -> (f32, bool) {
+fn sin_short<O: Ops>(x: f32) -> (f32, bool) {
     (sin_cos_reduced::<O>(reduce_short::<O>(x), 0), fabs(x) <= SHORT_RANGE)
 }
 
 /// cos x through the f32 reduction, and whether that was valid for x.
 #[inline(always)]
-pub fn cos_short<O: Ops>(x: f32) -> (f32, bool) {
+fn cos_short<O: Ops>(x: f32) -> (f32, bool) {
     (sin_cos_reduced::<O>(reduce_short::<O>(x), 1), fabs(x) <= SHORT_RANGE)
 }
 
 /// tan x through the f32 reduction, and whether that was valid for x (|x| <= SHORT_RANGE).
 #[inline(always)]
-pub fn tan_short<O: Ops>(x: f32) -> (f32, bool) {
+fn tan_short<O: Ops>(x: f32) -> (f32, bool) {
     (tan_reduced::<O>(reduce_short::<O>(x)), fabs(x) <= SHORT_RANGE)
 }
 
