@@ -381,7 +381,7 @@ impl CpuProgram {
         let ran = if self.inline {
             crate::threads::inline(|| execute_all(thunks, bases, timeline.as_mut()))
         } else {
-            pool.install(|| execute_all(thunks, bases, timeline.as_mut()))
+            pool.install(|| crate::threads::with_workers_awake(|| execute_all(thunks, bases, timeline.as_mut())))
         };
         // A param written in place (a cache) has new bytes: packed copies of it are stale.
         for (buffer, _) in self.param_buffers.iter().zip(&self.param_written).filter(|(_, w)| **w) {

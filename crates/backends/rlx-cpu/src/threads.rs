@@ -6,11 +6,63 @@ use rayon::ThreadPool;
 use rlx_ir::{Error, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 thread_local! {
     /// Set while a program runs on its caller's thread ([`inline`]).
     static INLINE: Cell<bool> = const { Cell::new(false) };
+    /// Set on a worker while it runs a program's steps ([`with_workers_awake`]) or keeps
+    /// itself awake for one: such a thread never starts (another) keep-awake loop.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets a thread-local flag for the length of `f` (restored after, on unwinding too).
+fn with_flag<R>(flag: &'static std::thread::LocalKey<Cell<bool>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(&'static std::thread::LocalKey<Cell<bool>>, bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            self.0.set(self.1);
+        }
+    }
+    let _restore = Restore(flag, flag.replace(true));
+    f()
+}
+
+/// Runs `f` (a program's steps, on a worker of the current pool) while the pool's other
+/// workers stay awake: each polls for rayon work (`rayon::yield_now`, yielding the core
+/// to the OS when there is none) instead of going to sleep between two parallel steps.
+/// A decode step is ~2000 short kernels; waking a sleeping worker for each split cost
+/// 10-25 us here, as much as an 8-row product of one layer takes on one thread (AMD EPYC).
+///
+/// A keep-awake loop runs only on a worker that is neither running a program nor keeping
+/// itself awake already, and ends when `f` does: a program's thread never waits on one,
+/// so runs sharing a pool cannot wait on each other.
+pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
+    let others = rayon::current_num_threads().saturating_sub(1);
+    if others == 0 || INLINE.get() || rayon::current_thread_index().is_none() {
+        return f();
+    }
+    let done = AtomicBool::new(false);
+    rayon::in_place_scope(|s| {
+        for _ in 0..others {
+            s.spawn(|_| {
+                if BUSY.get() {
+                    return;
+                }
+                with_flag(&BUSY, || {
+                    while !done.load(Ordering::Acquire) {
+                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            });
+        }
+        let result = with_flag(&BUSY, f);
+        done.store(true, Ordering::Release);
+        result
+    })
 }
 
 /// Workers the running kernel may split its work across: its pool's, or 1 while a
