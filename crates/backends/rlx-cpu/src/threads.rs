@@ -206,4 +206,39 @@ mod tests {
             assert_eq!(current(), 2);
         });
     }
+
+    /// Runs that keep their pool's workers awake finish when several share one pool from
+    /// different threads (each run's worker may be another's keep-awake loop's host), and
+    /// their parallel work gives the one-thread results.
+    #[test]
+    fn runs_sharing_a_pool_with_workers_awake_all_finish() {
+        let want: Vec<u64> = (0..4096u64).map(|i| i * i).collect();
+        for pool in [pool(2).unwrap(), pool(3).unwrap()] {
+            run_concurrently(&pool, &want);
+        }
+        // Outside a pool (and inline) the work just runs.
+        assert_eq!(with_workers_awake(|| 7), 7);
+        assert_eq!(inline(|| with_workers_awake(current)), 1);
+    }
+
+    fn run_concurrently(pool: &ThreadPool, want: &[u64]) {
+        use rayon::prelude::*;
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        let got: Vec<u64> = pool.install(|| {
+                            with_workers_awake(|| {
+                                // Two parallel steps, as a program's kernels make, the
+                                // second inside a nested keep-awake call.
+                                let first: Vec<u64> = (0..4096u64).into_par_iter().map(|i| i * i).collect();
+                                with_workers_awake(|| first.par_iter().map(|&v| v).collect())
+                            })
+                        });
+                        assert_eq!(got, want);
+                    }
+                });
+            }
+        });
+    }
 }
