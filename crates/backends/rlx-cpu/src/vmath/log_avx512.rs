@@ -1,8 +1,10 @@
 //! ln and ln_1p on AVX-512: the exponent and the mantissa of the input come from
 //! `vgetexpps` / `vgetmantps` (one instruction each, subnormals included) instead of the
-//! portable code's integer bit arithmetic and its subnormal pre-scaling. Everything after
-//! is `log_core`'s arithmetic, operation for operation, with the same FMAs as the other
-//! fused arms: the results are bit for bit the AVX2 arm's (tests/vmath.rs checks it).
+//! portable code's integer bit arithmetic and its subnormal pre-scaling, and the special
+//! values (zeros, infinities, negatives, NaN) from one `vfixupimmps` instead of a compare
+//! and a select each. Everything between is `log_core`'s arithmetic, operation for
+//! operation, with the same FMAs as the other fused arms: the results are bit for bit the
+//! AVX2 arm's (tests/vmath.rs checks it).
 
 use super::{LN2_HI, LN2_LO, LOG_P};
 use std::arch::x86_64::*;
@@ -39,26 +41,37 @@ fn split_avx512(x: __m512) -> (__m512, __m512) {
     (_mm512_mask_mul_ps(m, big, m, _mm512_set1_ps(0.5)), _mm512_mask_add_ps(e, big, e, _mm512_set1_ps(1.0)))
 }
 
-/// `sel(mask, a, b)` per lane.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-fn sel_avx512(mask: __mmask16, a: __m512, b: __m512) -> __m512 {
-    _mm512_mask_blend_ps(mask, b, a)
+/// `vfixupimmps` response tables (4 bits per class of the classified input, from the
+/// low bits: QNaN, SNaN, +-0, +1, -inf, +inf, negative, positive). Responses: 0 keeps the
+/// computed value, 1 gives the input itself, 2 its quieted NaN, 3 the default NaN, 4 -inf,
+/// 5 +inf. One instruction stands for the other arms' three compare-and-select pairs.
+const fn fixup_table(responses: [u32; 8]) -> i32 {
+    let mut table = 0;
+    let mut class = 0;
+    while class < 8 {
+        table |= responses[class] << (4 * class);
+        class += 1;
+    }
+    table as i32
 }
+
+/// ln's special values, classified on its input: ln(+-0) = -inf, ln(+inf) = +inf, NaN for
+/// NaN, -inf and negative inputs; a positive input (+1 included) keeps the computed value.
+const LOG_SPECIALS: i32 = fixup_table([2, 2, 4, 0, 3, 5, 3, 0]);
+
+/// ln_1p(x) = ln(u) for u = 1 + x, classified on u: u = 0 (x = -1) gives -inf, u = +inf
+/// gives +inf, a negative u (x < -1), -inf or NaN gives NaN.
+const LN_1P_U_SPECIALS: i32 = LOG_SPECIALS;
+
+/// ln_1p(+-0) = +-0 (the sign of zero kept), classified on x.
+const LN_1P_ZERO: i32 = fixup_table([0, 0, 1, 0, 0, 0, 0, 0]);
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 fn log_avx512(x: __m512) -> __m512 {
     let (m, ef) = split_avx512(x);
     let r = core_avx512(m, ef, _mm512_setzero_ps());
-    let r = sel_avx512(
-        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_set1_ps(f32::INFINITY)),
-        _mm512_set1_ps(f32::INFINITY),
-        r,
-    );
-    let r = sel_avx512(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_setzero_ps()), _mm512_set1_ps(f32::NEG_INFINITY), r);
-    // !(x >= 0): negative or NaN.
-    sel_avx512(_mm512_cmp_ps_mask::<_CMP_NGE_UQ>(x, _mm512_setzero_ps()), _mm512_set1_ps(f32::NAN), r)
+    _mm512_fixupimm_ps::<0>(r, x, _mm512_set1_epi32(LOG_SPECIALS))
 }
 
 #[inline]
@@ -68,18 +81,13 @@ fn ln_1p_avx512(x: __m512) -> __m512 {
     let u = _mm512_add_ps(one, x);
     // err = x > 1 ? 1 - (u - x) : x - (u - 1)
     let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, one);
-    let err = sel_avx512(big, _mm512_sub_ps(one, _mm512_sub_ps(u, x)), _mm512_sub_ps(x, _mm512_sub_ps(u, one)));
+    let err =
+        _mm512_mask_blend_ps(big, _mm512_sub_ps(x, _mm512_sub_ps(u, one)), _mm512_sub_ps(one, _mm512_sub_ps(u, x)));
     let corr = _mm512_div_ps(err, u);
     let (m, ef) = split_avx512(u);
     let r = core_avx512(m, ef, corr);
-    let r = sel_avx512(
-        _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_set1_ps(f32::INFINITY)),
-        _mm512_set1_ps(f32::INFINITY),
-        r,
-    );
-    let r = sel_avx512(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_set1_ps(-1.0)), _mm512_set1_ps(f32::NEG_INFINITY), r);
-    let r = sel_avx512(_mm512_cmp_ps_mask::<_CMP_NGE_UQ>(x, _mm512_set1_ps(-1.0)), _mm512_set1_ps(f32::NAN), r);
-    sel_avx512(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(x, _mm512_setzero_ps()), x, r)
+    let r = _mm512_fixupimm_ps::<0>(r, u, _mm512_set1_epi32(LN_1P_U_SPECIALS));
+    _mm512_fixupimm_ps::<0>(r, x, _mm512_set1_epi32(LN_1P_ZERO))
 }
 
 /// `out[i] = f(x[i])`, 16 lanes at a time, the tail through masked loads and stores.
