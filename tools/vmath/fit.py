@@ -151,7 +151,7 @@ def fit_atan(ncoef=5):
     return fit_f32(z, tgt, w, ncoef)
 
 
-TANH_CUT = 0.625
+TANH_CUT = 0.71875
 
 
 def fit_tanh(ncoef=5, cut=None):
