@@ -75,14 +75,7 @@ pub fn current() -> usize {
 
 /// Runs `f` on this thread with [`current`] = 1 (restored after, on unwinding too).
 pub fn inline<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            INLINE.set(self.0);
-        }
-    }
-    let _restore = Restore(INLINE.replace(true));
-    f()
+    with_flag(&INLINE, f)
 }
 
 /// Threads to use when the caller does not say: `RLX_THREADS`, else the host's cores.
