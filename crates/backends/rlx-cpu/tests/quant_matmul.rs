@@ -327,6 +327,50 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
     }
 }
 
+/// A prompt's 16-bit product: each activation row gets the same bits in a product of any
+/// number of rows and threads. Up to 32 rows the packable schemes dot the repacked weights
+/// in place, past it they go through the panel GEMM: both give the same integer block sums
+/// and the same f32 steps, which this checks (as it checks that where a prompt is cut into
+/// pieces does not change its answer).
+#[test]
+fn each_row_of_a_q16_product_equals_that_row_alone() {
+    let mut rng = Rng::new(13);
+    for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q5_0, QuantScheme::Q4K] {
+        let k = if scheme.block_size() == 256 { 512 } else { 608 };
+        for n in [1, 3, 17, 1000] {
+            let w = random_weights(&mut rng, scheme, n, k);
+            let m = 41;
+            // Rows of random values with, in row 0, blocks whose largest magnitude is
+            // negative (quants down to -32767: high byte -128) or positive (32767: low
+            // byte 255).
+            let mut x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+            x[0] = -1000.0;
+            x[32] = 1000.0;
+            let run = |rows: usize, x: &[f32], threads: usize| {
+                let plan = QuantMatMulPlan::new(&[rows, k], &[n, w.len() / n], scheme, ActivationQuant::Q16, threads);
+                let mut out = vec![0f32; rows * n];
+                rlx_cpu::threads::pool(threads)
+                    .unwrap()
+                    .install(|| dequant_matmul_into(&plan, Arm::best(), x, &w, &mut out))
+                    .unwrap();
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let all = run(m, &x, 1);
+            for (rows, threads) in [(1, 1), (3, 2), (8, 1), (17, 2), (32, 1), (33, 2)] {
+                for (c, xs) in x.chunks(rows * k).enumerate() {
+                    let first = c * rows * n;
+                    assert!(
+                        run(xs.len() / k, xs, threads) == all[first..][..xs.len() / k * n],
+                        "{} n {n}: rows {}.. in a product of {rows} rows ({threads} threads) differ from a product of {m}",
+                        scheme.name(),
+                        c * rows
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Blocks of 32 for the activation quantizers: 40 of random values, then (block 40) exact
 /// halves under a largest value of `levels` (scale 1, so the products are the values), zeros,
 /// signed denormals, a NaN, an infinity, huge values, and a denormal scale (its inverse

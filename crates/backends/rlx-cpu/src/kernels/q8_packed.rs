@@ -199,6 +199,65 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
     let _ = (g0, acts, out, nb);
 }
 
+/// A 16-bit activation row (prompt path, `quant_gemm`'s quantization) split into bytes for
+/// `vpdpbusd`, which multiplies unsigned bytes by signed ones: `q = 256 hi + lo` with
+/// `hi = q >> 8` signed and `lo = q & 255` unsigned. For Q8_0, whose weights need all 8
+/// bits unsigned and so are the unsigned operand of both products, `lo` is stored biased
+/// (`lo ^ 128` read as signed, `lo - 128`) and the kernel adds back 128 x the weights' sum.
+/// `d` holds its block scales, `ds = d * sum(q)` per block.
+pub(super) struct Q16Row<'a> {
+    pub(super) hi: &'a [i8],
+    pub(super) lo: &'a [u8],
+    pub(super) d: &'a [f32],
+    pub(super) ds: &'a [f32],
+}
+
+/// Splits 16-bit quants into [`Q16Row`]'s bytes for `scheme`.
+pub(super) fn split_q16(scheme: QuantScheme, q: &[i16], hi: &mut [i8], lo: &mut [u8]) {
+    let bias = if scheme == QuantScheme::Q8_0 { 0x80 } else { 0 };
+    for ((&q, h), l) in q.iter().zip(hi).zip(lo) {
+        *h = (q >> 8) as i8;
+        *l = (q as u8) ^ bias;
+    }
+}
+
+/// `out[i][j] = W[j0 + j] . acts[i]` as [`dot_groups`], for 16-bit activation rows: the
+/// same integer block sums and f32 steps as `quant_gemm`'s panel GEMM, so the same bits,
+/// without unpacking the weights into panels first (a prompt of a few tokens spent about
+/// half its time there).
+///
+/// # Panics
+/// If the host lacks the features ([`available`]) or the slices do not fit.
+pub(super) fn dot_groups_q16(p: &Packed, arm: Arm, g0: usize, acts: &[Q16Row], out: &mut [&mut [f32]]) {
+    assert!(available(p.scheme, arm), "q8_packed: {:?} is not available on this host", p.scheme);
+    let nb = p.k / 32;
+    let cols = out.first().map_or(0, |o| o.len());
+    assert!(g0 * ROWS + cols <= p.n && out.iter().all(|o| o.len() == cols));
+    assert!(acts.iter().all(|a| a.hi.len() == p.k && a.lo.len() == p.k && a.d.len() == nb && a.ds.len() == nb));
+    #[cfg(target_arch = "x86_64")]
+    for (acts, out) in acts.chunks(Q16_PASS).zip(out.chunks_mut(Q16_PASS)) {
+        // SAFETY: as in `dot_groups`; every activation row holds k bytes of each half and
+        // nb scales and sums.
+        unsafe {
+            match acts.len() {
+                8 => x86::groups_q16_avx512::<8>(p, g0, acts, out),
+                7 => x86::groups_q16_avx512::<7>(p, g0, acts, out),
+                6 => x86::groups_q16_avx512::<6>(p, g0, acts, out),
+                5 => x86::groups_q16_avx512::<5>(p, g0, acts, out),
+                4 => x86::groups_q16_avx512::<4>(p, g0, acts, out),
+                3 => x86::groups_q16_avx512::<3>(p, g0, acts, out),
+                2 => x86::groups_q16_avx512::<2>(p, g0, acts, out),
+                _ => x86::groups_q16_avx512::<1>(p, g0, acts, out),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (g0, acts, out, nb);
+}
+
+/// Activation rows per pass of [`dot_groups_q16`]: each takes 4 accumulator chains.
+const Q16_PASS: usize = 8;
+
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86 {
     use super::{Packed, Q8Row, ROWS, block_bytes};
@@ -287,6 +346,90 @@ pub(super) mod x86 {
                         let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*acts[i].d.get_unchecked(b)));
                         acc[i] = _mm512_fmadd_ps(isum, scale, acc[i]);
                         acc[i] = _mm512_fmadd_ps(ow, _mm512_set1_ps(*acts[i].s.get_unchecked(b)), acc[i]);
+                    }
+                }
+                let first = g * ROWS;
+                let lanes = (cols - first).min(ROWS);
+                let keep: __mmask16 = if lanes == ROWS { !0 } else { (1u16 << lanes) - 1 };
+                for i in 0..A {
+                    _mm512_mask_storeu_ps(out[i].as_mut_ptr().add(first), keep, acc[i]);
+                }
+            }
+        }
+    }
+
+    /// [`super::dot_groups_q16`] for `A` activation rows.
+    ///
+    /// # Safety
+    /// As `dot_groups_q16` checks; the host has AVX-512 F/BW/VL/DQ, VNNI and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn groups_q16_avx512<const A: usize>(
+        p: &Packed,
+        g0: usize,
+        acts: &[super::Q16Row],
+        out: &mut [&mut [f32]],
+    ) {
+        let nb = p.k / 32;
+        let bb = block_bytes(p.scheme);
+        let quant_bytes = super::quant_bytes(p.scheme);
+        let cols = out[0].len();
+        let biased = p.scheme == QuantScheme::Q8_0;
+        // SAFETY (whole body): as the caller guarantees.
+        unsafe {
+            let offset = _mm512_set1_ps(super::offset(p.scheme));
+            let ones = _mm512_set1_epi8(1);
+            for g in 0..cols.div_ceil(ROWS) {
+                let mut acc = [_mm512_setzero_ps(); A];
+                let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
+                for b in 0..nb {
+                    let at = group.add(b * bb);
+                    let ahead = at.add(PREFETCH);
+                    for line in (0..bb).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T1>(ahead.add(line) as *const i8);
+                    }
+                    let steps = steps(p.scheme, at);
+                    let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
+                    let ow = if p.scheme == QuantScheme::Q4_1 {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
+                    } else {
+                        _mm512_mul_ps(sw, offset)
+                    };
+                    // Q8_0: 128 x each row's block sum, what the biased `lo` takes off.
+                    let mut restore = _mm512_setzero_si512();
+                    if biased {
+                        for &s in &steps {
+                            restore = _mm512_dpbusd_epi32(restore, s, ones);
+                        }
+                        restore = _mm512_slli_epi32::<7>(restore);
+                    }
+                    for i in 0..A {
+                        let (hi, lo) = (acts[i].hi.as_ptr().add(b * 32), acts[i].lo.as_ptr().add(b * 32));
+                        let bcast =
+                            |p: *const u8, t: usize| _mm512_set1_epi32((p.add(4 * t) as *const i32).read_unaligned());
+                        // Integer sums: the chains' split changes nothing.
+                        let (mut h0, mut h1, mut l0, mut l1) = (
+                            _mm512_setzero_si512(),
+                            _mm512_setzero_si512(),
+                            _mm512_setzero_si512(),
+                            _mm512_setzero_si512(),
+                        );
+                        for t in (0..8).step_by(2) {
+                            h0 = _mm512_dpbusd_epi32(h0, steps[t], bcast(hi.cast(), t));
+                            h1 = _mm512_dpbusd_epi32(h1, steps[t + 1], bcast(hi.cast(), t + 1));
+                            if biased {
+                                l0 = _mm512_dpbusd_epi32(l0, steps[t], bcast(lo, t));
+                                l1 = _mm512_dpbusd_epi32(l1, steps[t + 1], bcast(lo, t + 1));
+                            } else {
+                                // 4- and 5-bit quants fit a signed byte: `lo` is the unsigned side.
+                                l0 = _mm512_dpbusd_epi32(l0, bcast(lo, t), steps[t]);
+                                l1 = _mm512_dpbusd_epi32(l1, bcast(lo, t + 1), steps[t + 1]);
+                            }
+                        }
+                        let high = _mm512_slli_epi32::<8>(_mm512_add_epi32(h0, h1));
+                        let isum = _mm512_add_epi32(_mm512_add_epi32(high, _mm512_add_epi32(l0, l1)), restore);
+                        let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*acts[i].d.get_unchecked(b)));
+                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i]);
+                        acc[i] = _mm512_fmadd_ps(ow, _mm512_set1_ps(*acts[i].ds.get_unchecked(b)), acc[i]);
                     }
                 }
                 let first = g * ROWS;
