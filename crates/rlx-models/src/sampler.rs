@@ -1,7 +1,8 @@
 //! Choosing the next token from logits: greedy, or temperature with top-k, top-p
 //! (nucleus) and a repetition penalty, from a seeded generator (same seed, same text).
 //!
-//! Order, as in HuggingFace transformers' `generate`: repetition penalty over the last
+//! Order, as in HuggingFace transformers' `generate` (after dropping `suppressed` tokens):
+//! repetition penalty over the last
 //! `penalty_window` tokens (a positive logit divided by the penalty, a negative one
 //! multiplied), temperature, top-k, softmax, top-p, and a draw.
 
@@ -20,11 +21,22 @@ pub struct SamplerConfig {
     pub repetition_penalty: f32,
     pub penalty_window: usize,
     pub seed: u64,
+    /// Tokens never sampled, as if their logits were `-inf` (llama-server's `ignore_eos`
+    /// bans the end-of-generation tokens this way).
+    pub suppressed: Vec<TokenId>,
 }
 
 impl Default for SamplerConfig {
     fn default() -> Self {
-        SamplerConfig { temperature: 0.0, top_k: 40, top_p: 0.95, repetition_penalty: 1.0, penalty_window: 64, seed: 0 }
+        SamplerConfig {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            repetition_penalty: 1.0,
+            penalty_window: 64,
+            seed: 0,
+            suppressed: Vec::new(),
+        }
     }
 }
 
@@ -32,6 +44,8 @@ pub struct Sampler {
     config: SamplerConfig,
     state: u64,
     candidates: Vec<(f32, TokenId)>,
+    /// The logits with the suppressed tokens at `-inf` (reused between calls).
+    masked: Vec<f32>,
 }
 
 impl Sampler {
@@ -47,7 +61,7 @@ impl Sampler {
             )));
         }
         let state = config.seed ^ 0x9E37_79B9_7F4A_7C15;
-        Ok(Sampler { config, state, candidates: Vec::new() })
+        Ok(Sampler { config, state, candidates: Vec::new(), masked: Vec::new() })
     }
 
     pub fn config(&self) -> &SamplerConfig {
@@ -67,6 +81,25 @@ impl Sampler {
     /// never chosen; a `+inf` logit is chosen for certain. All-NaN (or no) logits are an
     /// error.
     pub fn sample(&mut self, logits: &[f32], history: &[TokenId]) -> Result<TokenId> {
+        if self.config.suppressed.is_empty() {
+            return self.sample_unmasked(logits, history);
+        }
+        // A copy with the few suppressed logits overwritten costs less than a lookup per
+        // token in the loops below (49152 logits, SmolLM2).
+        let mut masked = std::mem::take(&mut self.masked);
+        masked.clear();
+        masked.extend_from_slice(logits);
+        for &id in &self.config.suppressed {
+            if let Some(l) = masked.get_mut(id as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        let token = self.sample_unmasked(&masked, history);
+        self.masked = masked;
+        token
+    }
+
+    fn sample_unmasked(&mut self, logits: &[f32], history: &[TokenId]) -> Result<TokenId> {
         if logits.iter().all(|l| l.is_nan()) {
             return Err(Error::input(format!("sampler: no logit to choose from ({} given, all NaN)", logits.len())));
         }

@@ -327,6 +327,11 @@ impl Tokenizer {
             || self.types.get(id as usize) == Some(&3) && END_OF_GENERATION.contains(&self.tokens[id as usize].as_str())
     }
 
+    /// Every token that [ends a generation](Tokenizer::ends_generation).
+    pub fn end_of_generation_ids(&self) -> Vec<TokenId> {
+        (0..self.tokens.len() as TokenId).filter(|&id| self.ends_generation(id)).collect()
+    }
+
     /// Whether `id` is a control / user-defined token (its text is not encoded).
     pub fn is_special(&self, id: TokenId) -> bool {
         matches!(self.types.get(id as usize), Some(3 | 4))

@@ -155,6 +155,19 @@ fn non_finite_logits_and_bad_settings() {
 }
 
 #[test]
+fn suppressed_tokens_are_never_sampled() {
+    let logits = [3.0f32, 9.0, 2.9, -5.0];
+    let banned = SamplerConfig { suppressed: vec![1, 3], ..SamplerConfig::default() };
+    assert_eq!(Sampler::new(banned.clone()).unwrap().sample(&logits, &[]).unwrap(), 0);
+    // Even a +inf logit.
+    assert_eq!(Sampler::new(banned.clone()).unwrap().sample(&[0.0, f32::INFINITY, 1.0], &[]).unwrap(), 2);
+    for seed in 0..200 {
+        let hot = SamplerConfig { temperature: 2.0, top_k: 0, top_p: 1.0, seed, ..banned.clone() };
+        assert!(matches!(Sampler::new(hot).unwrap().sample(&logits, &[]).unwrap(), 0 | 2));
+    }
+}
+
+#[test]
 fn top_k_and_top_p_cut_the_tail() {
     let logits = [3.0f32, 2.9, -5.0, -6.0];
     for seed in 0..200 {

@@ -42,6 +42,9 @@ pub struct Params {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with the token counts.
     pub include_usage: bool,
+    /// `ignore_eos` (llama-server's extension): end-of-generation tokens are never
+    /// sampled, so the text runs to `max_tokens` or a stop string.
+    pub ignore_eos: bool,
 }
 
 /// The JSON object of a request body.
@@ -204,8 +207,9 @@ pub fn params(o: &Map<String, Value>, context: usize, chat: bool) -> Result<Para
             ));
         }
     };
+    let ignore_eos = boolean(o, "ignore_eos")?;
     let sampler = SamplerConfig { temperature, top_k, top_p, repetition_penalty, seed, ..SamplerConfig::default() };
-    Ok(Params { max_tokens, sampler, stops, stream, include_usage })
+    Ok(Params { max_tokens, sampler, stops, stream, include_usage, ignore_eos })
 }
 
 /// The `prompt` of a completion request: a string, or an array of one string.

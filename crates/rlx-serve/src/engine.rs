@@ -96,7 +96,8 @@ enum Work {
         /// The prompt and the tokens generated (the repetition penalty's window).
         history: Vec<TokenId>,
         generated: usize,
-        sampler: Sampler,
+        /// Boxed: its buffers would make every `Work` as large as this variant.
+        sampler: Box<Sampler>,
         out: TextOut,
         first_token: Option<Duration>,
         decode_start: Option<Instant>,
@@ -120,7 +121,7 @@ impl Running {
                 pending: None,
                 history: prompt,
                 generated: 0,
-                sampler: Sampler::new(sampler).map_err(|e| e.to_string())?,
+                sampler: Box::new(Sampler::new(sampler).map_err(|e| e.to_string())?),
                 out: TextOut::new(&stops).map_err(|e| e.to_string())?,
                 first_token: None,
                 decode_start: None,

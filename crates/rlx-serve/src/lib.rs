@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use engine::{Event, Job, Load, Task};
 use rlx_ir::{DType, Error, Result};
-use rlx_models::{ChatTemplate, Llama, LlamaOptions, Tokenizer};
+use rlx_models::{ChatTemplate, Llama, LlamaOptions, TokenId, Tokenizer};
 use serde_json::json;
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -82,6 +82,8 @@ struct App {
     tokenizer: Arc<Tokenizer>,
     /// The model's chat template, or why it has none.
     template: std::result::Result<ChatTemplate, String>,
+    /// The tokens `ignore_eos` bans.
+    end_of_generation: Vec<TokenId>,
     context: usize,
     /// The length of an embedding (the model's hidden size).
     dimensions: usize,
@@ -122,6 +124,7 @@ pub fn serve(options: &ServeOptions) -> Result<()> {
         model_id,
         tokenizer: llama.tokenizer.clone(),
         template: llama.chat_template().map_err(|e| e.to_string()),
+        end_of_generation: llama.tokenizer.end_of_generation_ids(),
         context: llama.context(),
         dimensions: llama.config.d_model,
         slots: llama.slots(),
@@ -235,7 +238,10 @@ async fn request(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> std::result:
     let o = api::object(body)?;
     api::check_model(&o, &app.model_id)?;
     let chat = endpoint == Endpoint::Chat;
-    let params = api::params(&o, app.context, chat)?;
+    let mut params = api::params(&o, app.context, chat)?;
+    if params.ignore_eos {
+        params.sampler.suppressed = app.end_of_generation.clone();
+    }
     let (prompt, field) = if chat {
         let messages = api::messages(&o)?;
         let template = app.template.as_ref().map_err(|e| ApiError::invalid("messages", e.clone()))?;

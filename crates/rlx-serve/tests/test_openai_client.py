@@ -160,6 +160,18 @@ def test_stop_strings_end_the_text(server):
     assert cut.finish_reason == "stop"
 
 
+def test_ignore_eos_runs_to_max_tokens(server):
+    # SmolLM2's greedy answer to this bare prompt is the end-of-sequence token at once.
+    prompt = "Tell me the history of the printing press."
+    ended = server.client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=10, temperature=0)
+    assert ended.choices[0].finish_reason == "stop" and ended.usage.completion_tokens == 1
+    # llama-server's extension: end-of-generation tokens are never sampled.
+    got, answer = server.post("/v1/completions", {"prompt": prompt, "max_tokens": 10, "temperature": 0, "ignore_eos": True})
+    assert got == 200, answer
+    assert answer["choices"][0]["finish_reason"] == "length" and answer["usage"]["completion_tokens"] == 10
+    assert answer["choices"][0]["text"].strip()
+
+
 def test_eight_concurrent_streams_each_equal_their_solo_answer(server):
     questions = [
         "What is the capital of France?",
@@ -213,6 +225,7 @@ def test_bad_requests_are_4xx_naming_the_field(server):
         ("/v1/completions", {"prompt": "hi", "stop": [1]}, 400, "stop", "string"),
         ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "n", "must be 1"),
         ("/v1/completions", {"prompt": "hi", "stream": "yes"}, 400, "stream", "boolean"),
+        ("/v1/completions", {"prompt": "hi", "ignore_eos": 1}, 400, "ignore_eos", "boolean"),
         ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, 404, "model", "gpt-4"),
         ("/v1/chat/completions", {"messages": "hi"}, 400, "messages", "array"),
         ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0].role", "robot"),
