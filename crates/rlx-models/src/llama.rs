@@ -437,9 +437,9 @@ impl Llama {
             let q = g.rope(q, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
             let k = g.rope(k, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
             let v = heads(&mut g, v, nkv)?;
-            // Appends `k`, `v` (`[1, nkv, s, hd]`) at `at` to the cache named by `key`
-            // and attends `q` over its first `len` rows.
-            let attend = |g: &mut Graph, (q, k, v): (NodeId, NodeId, NodeId), at, len, key: &str| {
+            // Appends `k`, `v` (`[1, nkv, s, hd]`) at `at` to the cache named by `key`: the
+            // cache's K and V with them.
+            let append = |g: &mut Graph, (k, v): (NodeId, NodeId), at, key: &str| -> Result<(NodeId, NodeId)> {
                 let cache_dims = [1, nkv, self.context, hd];
                 let ck = g.param(&format!("cache_k.{key}"), self.cache_type, &cache_dims)?;
                 let cv = g.param(&format!("cache_v.{key}"), self.cache_type, &cache_dims)?;
@@ -449,8 +449,10 @@ impl Llama {
                 } else {
                     (g.cast(k, self.cache_type)?, g.cast(v, self.cache_type)?)
                 };
-                let kc = g.kv_append(ck, k, at, 2)?;
-                let vc = g.kv_append(cv, v, at, 2)?;
+                Ok((g.kv_append(ck, k, at, 2)?, g.kv_append(cv, v, at, 2)?))
+            };
+            // Attends `q` over the first `len` rows of the cache's K and V.
+            let attend = |g: &mut Graph, q, (kc, vc), len| {
                 let mask = match layer.window {
                     Some(w) => AttentionMask::SlidingLen(len, w),
                     None => AttentionMask::CausalLen(len),
@@ -458,18 +460,25 @@ impl Llama {
                 g.attention(q, kc, vc, mask, Some(block.attention_scale))
             };
             let a = match len {
-                Some(len) => attend(&mut g, (q, k, v), pos, len, &l.to_string())?,
+                Some(len) => {
+                    let cache = append(&mut g, (k, v), pos, &l.to_string())?;
+                    attend(&mut g, q, cache, len)?
+                }
                 None => {
-                    // One sequence per row: its own cache, position and length.
-                    let mut outs = Vec::with_capacity(n);
+                    // One sequence per row: its own cache, position and length. Every
+                    // row's append comes first, then every row's attention: steps with no
+                    // data between them, which the CPU program runs side by side.
                     let one = g.scalar(DType::I32, 1.0)?;
+                    let mut rows = Vec::with_capacity(n);
                     for r in 0..n {
                         let row = |g: &mut Graph, t| g.narrow(t, 2, r, 1);
-                        let qkv = (row(&mut g, q)?, row(&mut g, k)?, row(&mut g, v)?);
+                        let (q, k, v) = (row(&mut g, q)?, row(&mut g, k)?, row(&mut g, v)?);
                         let at = g.narrow(pos, 0, r, 1)?;
                         let len = g.add(at, one)?;
-                        outs.push(attend(&mut g, qkv, at, len, &format!("{l}.{r}"))?);
+                        rows.push((q, append(&mut g, (k, v), at, &format!("{l}.{r}"))?, len));
                     }
+                    let outs: Vec<NodeId> =
+                        rows.into_iter().map(|(q, cache, len)| attend(&mut g, q, cache, len)).collect::<Result<_>>()?;
                     g.concat(&outs, 2)?
                 }
             };

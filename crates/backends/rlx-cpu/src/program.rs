@@ -105,6 +105,9 @@ pub struct Leaf {
 pub struct CpuProgram {
     arena: Arena,
     thunks: Vec<Thunk>,
+    /// Per thunk, the end of the run of thunks it starts that may execute side by side
+    /// ([`side_by_side`]); `i + 1` where it runs alone.
+    run_ends: Vec<usize>,
     inputs: Vec<Leaf>,
     params: Vec<Leaf>,
     param_set: Vec<bool>,
@@ -212,6 +215,7 @@ impl CpuProgram {
         Ok(CpuProgram {
             arena,
             inline: threads == 1 || thunks.iter().all(|t| t.ins.iter().chain(&t.outs).all(|s| s.len <= INLINE_ELEMS)),
+            run_ends: side_by_side(&thunks),
             thunks,
             param_set: vec![false; params.len()],
             param_buffers,
@@ -375,13 +379,15 @@ impl CpuProgram {
         }
         refresh_packed(&mut self.thunks, &self.param_buffers, &self.param_written)?;
         let pool = self.pool.clone();
-        let (thunks, bases) = (&self.thunks, &self.bases);
+        let (thunks, run_ends, bases) = (&self.thunks, &self.run_ends, &self.bases);
         let mut timeline = started.map(|_| Timeline::default());
         let entered = started.map(|_| Instant::now());
         let ran = if self.inline {
-            crate::threads::inline(|| execute_all(thunks, bases, timeline.as_mut()))
+            crate::threads::inline(|| execute_all(thunks, run_ends, bases, timeline.as_mut()))
         } else {
-            pool.install(|| crate::threads::with_workers_awake(|| execute_all(thunks, bases, timeline.as_mut())))
+            pool.install(|| {
+                crate::threads::with_workers_awake(|| execute_all(thunks, run_ends, bases, timeline.as_mut()))
+            })
         };
         // A param written in place (a cache) has new bytes: packed copies of it are stale.
         for (buffer, _) in self.param_buffers.iter().zip(&self.param_written).filter(|(_, w)| **w) {
@@ -522,35 +528,88 @@ fn leaf_name(label: &str) -> &str {
     label.split('\'').nth(1).unwrap_or(label)
 }
 
-/// Runs every kernel call in order; with a `timeline` (profiling), times each.
-fn execute_all(thunks: &[Thunk], bases: &[BufPtr], mut timeline: Option<&mut Timeline>) -> Result<()> {
-    for t in thunks {
-        // SAFETY: the slots come from a plan `check_plan` verified: inside their buffers
-        // (the arena, owned by the program, or param buffers, each live and either
-        // read-only, unshared, or locked for this run), and the outputs disjoint from the
-        // inputs unless `in_place`, where the kernel uses raw pointers for the aliased pair.
-        let (ins, mut out) = unsafe { (Args::new(bases, &t.ins, &t.outs), Out::new(bases, &t.outs)) };
-        match timeline.as_deref_mut() {
-            None => execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?,
-            Some(timeline) => {
-                let start = Instant::now();
-                execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?;
-                let end = Instant::now();
-                let (flops, bytes) = work(t, &ins);
-                timeline.nodes.push(crate::profile::NodeTime { time: end - start, flops, bytes });
-                timeline.first.get_or_insert(start);
-                timeline.last = Some(end);
-            }
+/// Runs every kernel call in order, each run of [`side_by_side`] thunks across the pool's
+/// workers when it has more than one; with a `timeline` (profiling), times each call (a
+/// run's calls share its wall time equally).
+fn execute_all(
+    thunks: &[Thunk],
+    run_ends: &[usize],
+    bases: &[BufPtr],
+    mut timeline: Option<&mut Timeline>,
+) -> Result<()> {
+    let mut i = 0;
+    while i < thunks.len() {
+        let run = &thunks[i..run_ends[i]];
+        let start = timeline.is_some().then(Instant::now);
+        if run.len() > 1 && crate::threads::current() > 1 {
+            use rayon::prelude::*;
+            run.par_iter().try_for_each(|t| execute_one(t, bases))?;
+        } else {
+            run.iter().try_for_each(|t| execute_one(t, bases))?;
         }
-        // Widened half outputs are rounded to their type (a packed one, a KV cache
-        // appended in place, holds half values already).
-        for (k, &dtype) in t.out_dtypes.iter().enumerate() {
-            if dtype.is_half() && t.outs[k].class == Class::F32 {
-                elementwise::round_in_place(dtype, out.get::<f32>(k)?);
+        if let (Some(timeline), Some(start)) = (timeline.as_deref_mut(), start) {
+            let end = Instant::now();
+            for t in run {
+                // SAFETY: as in `execute_one` (the operands are only read, for their sizes).
+                let (flops, bytes) = work(t, &unsafe { Args::new(bases, &t.ins, &t.outs) });
+                timeline.nodes.push(crate::profile::NodeTime { time: (end - start) / run.len() as u32, flops, bytes });
             }
+            timeline.first.get_or_insert(start);
+            timeline.last = Some(end);
+        }
+        i += run.len();
+    }
+    Ok(())
+}
+
+/// One kernel call, and the rounding of its widened half outputs.
+fn execute_one(t: &Thunk, bases: &[BufPtr]) -> Result<()> {
+    // SAFETY: the slots come from a plan `check_plan` verified: inside their buffers
+    // (the arena, owned by the program, or param buffers, each live and either
+    // read-only, unshared, or locked for this run), and the outputs disjoint from the
+    // inputs unless `in_place`, where the kernel uses raw pointers for the aliased pair.
+    // A thunk running beside others writes nothing they touch (`side_by_side`).
+    let (ins, mut out) = unsafe { (Args::new(bases, &t.ins, &t.outs), Out::new(bases, &t.outs)) };
+    execute(t, &ins, &mut out).map_err(|e| e.context(&t.label))?;
+    // Widened half outputs are rounded to their type (a packed one, a KV cache
+    // appended in place, holds half values already).
+    for (k, &dtype) in t.out_dtypes.iter().enumerate() {
+        if dtype.is_half() && t.outs[k].class == Class::F32 {
+            elementwise::round_in_place(dtype, out.get::<f32>(k)?);
         }
     }
     Ok(())
+}
+
+/// Per thunk, the end of the run it starts of consecutive single-query attention calls
+/// (a batched decode step's, one per sequence) that write only arena bytes no other call
+/// of the run reads or writes: each is too small to split across threads (~9 us on
+/// SmolLM2, below `attention`'s parallel threshold), so the run's calls go to different
+/// workers instead. Each call computes what it computes alone: the bits do not change.
+fn side_by_side(thunks: &[Thunk]) -> Vec<usize> {
+    let joins = |t: &Thunk| {
+        matches!(&t.kernel, Kernel::Attention(p) if p.sq == 1) && !t.in_place && t.outs.iter().all(|s| s.base == 0)
+    };
+    let overlap =
+        |a: &TSlot, b: &TSlot| a.base == b.base && a.offset < b.offset + b.bytes() && b.offset < a.offset + a.bytes();
+    // `b` neither reads nor writes what `a` writes, and the other way round.
+    let apart = |a: &Thunk, b: &Thunk| {
+        let clear = |w: &Thunk, o: &Thunk| w.outs.iter().all(|x| o.ins.iter().chain(&o.outs).all(|y| !overlap(x, y)));
+        clear(a, b) && clear(b, a)
+    };
+    let mut ends: Vec<usize> = (1..=thunks.len()).collect();
+    let mut i = 0;
+    while i < thunks.len() {
+        let mut end = i + 1;
+        if joins(&thunks[i]) {
+            while end < thunks.len() && joins(&thunks[end]) && thunks[i..end].iter().all(|t| apart(t, &thunks[end])) {
+                end += 1;
+            }
+        }
+        ends[i] = end;
+        i = end;
+    }
+    ends
 }
 
 /// The storage class of a param's slot (its declared width when nothing reads it).
@@ -781,5 +840,51 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         }
         Kernel::RmsNormMulSilu { eps, len, gamma } => fused::rms_norm_mul_silu(*eps, *len, *gamma, arm, ins, out),
         Kernel::L2Norm { eps, rsqrt, len } => fused::l2_norm(*eps, *rsqrt, *len, arm, ins, out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thunk of `kernel` reading `ins` and writing `outs` (f32 slots `(base, offset, len)`).
+    fn thunk(kernel: Kernel, ins: &[(usize, usize, usize)], outs: &[(usize, usize, usize)]) -> Thunk {
+        let slots = |s: &[(usize, usize, usize)]| {
+            s.iter().map(|&(base, offset, len)| TSlot { base, offset, len, class: Class::F32 }).collect()
+        };
+        Thunk {
+            kernel,
+            ins: slots(ins),
+            outs: slots(outs),
+            out_dtypes: vec![DType::F32; outs.len()],
+            class: Class::F32,
+            in_place: false,
+            arm: Arm::Portable,
+            label: String::new(),
+        }
+    }
+
+    fn attention(sq: usize) -> Kernel {
+        let q = [1, 2, sq, 4];
+        Kernel::Attention(attention::AttentionPlan::new(&q, &[1, 1, 8, 4], &[1, 1, 8, 4], None, None, MaskKind::None))
+    }
+
+    #[test]
+    fn side_by_side_runs_only_independent_single_query_attention() {
+        // Caches are params (bases 1, 2); queries and outputs arena bytes (8 f32 each).
+        let att = |q: usize, out: usize| thunk(attention(1), &[(0, q, 8), (1, 0, 32), (2, 0, 32)], &[(0, out, 8)]);
+        let thunks = vec![
+            att(0, 64),   // 0: a run of 3 with 1 and 2
+            att(32, 96),  // 1
+            att(0, 128),  // 2: reads what 0 reads: fine
+            att(64, 160), // 3: reads 0's output: a new run, with 4
+            att(200, 232),
+            att(300, 236), // 5: writes bytes 4 writes: alone
+            thunk(attention(3), &[(0, 400, 24), (1, 0, 32), (2, 0, 32)], &[(0, 500, 24)]), // 6: 3 queries: alone
+            att(600, 700), // 7: with 8
+            att(632, 732),
+            thunk(attention(1), &[(0, 800, 8), (1, 0, 32), (2, 0, 32)], &[(1, 0, 8)]), // 9: writes a param: alone
+        ];
+        assert_eq!(side_by_side(&thunks), vec![3, 2, 3, 5, 5, 6, 7, 9, 9, 10]);
     }
 }
