@@ -436,19 +436,15 @@ impl Llama {
             }
             let q = g.rope(q, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
             let k = g.rope(k, positions, block.rope, layer.rope_base, Some(c.rope_dims))?;
-            let v = heads(&mut g, v, nkv)?;
-            // Appends `k`, `v` (`[1, nkv, s, hd]`) at `at` to the cache named by `key`: the
-            // cache's K and V with them.
+            // The new K/V rows rounded to the cache's type; attention reads them widened.
+            let to_cache =
+                |g: &mut Graph, t| if self.cache_type == DType::F32 { Ok(t) } else { g.cast(t, self.cache_type) };
+            // Appends K and V rows (`[1, nkv, s, hd]`, the cache's type) at `at` to the
+            // cache named by `key`: the cache's K and V with them.
             let append = |g: &mut Graph, (k, v): (NodeId, NodeId), at, key: &str| -> Result<(NodeId, NodeId)> {
                 let cache_dims = [1, nkv, self.context, hd];
                 let ck = g.param(&format!("cache_k.{key}"), self.cache_type, &cache_dims)?;
                 let cv = g.param(&format!("cache_v.{key}"), self.cache_type, &cache_dims)?;
-                // The new rows rounded to the cache's type; attention reads them widened.
-                let (k, v) = if self.cache_type == DType::F32 {
-                    (k, v)
-                } else {
-                    (g.cast(k, self.cache_type)?, g.cast(v, self.cache_type)?)
-                };
                 Ok((g.kv_append(ck, k, at, 2)?, g.kv_append(cv, v, at, 2)?))
             };
             // Attends `q` over the first `len` rows of the cache's K and V.
@@ -461,18 +457,30 @@ impl Llama {
             };
             let a = match len {
                 Some(len) => {
+                    let v = heads(&mut g, v, nkv)?;
+                    let (k, v) = (to_cache(&mut g, k)?, to_cache(&mut g, v)?);
                     let cache = append(&mut g, (k, v), pos, &l.to_string())?;
                     attend(&mut g, q, cache, len)?
                 }
                 None => {
-                    // One sequence per row: its own cache, position and length. Every
-                    // row's append comes first, then every row's attention: steps with no
-                    // data between them, which the CPU program runs side by side.
+                    // One sequence per row: its own cache, position and length. Rows are
+                    // taken from `[1, n, heads, hd]` layouts, where each is contiguous: a
+                    // view, reshaped to `[1, heads, 1, hd]` (the same bytes), with no copy.
+                    let rows_first = |g: &mut Graph, t| g.transpose(t, &[0, 2, 1, 3]);
+                    let q = rows_first(&mut g, q)?;
+                    let k = rows_first(&mut g, k)?;
+                    let v = g.reshape(v, &[1, n, nkv, hd])?;
+                    let (k, v) = (to_cache(&mut g, k)?, to_cache(&mut g, v)?);
+                    let row = |g: &mut Graph, t, r, count| {
+                        let t = g.narrow(t, 1, r, 1)?;
+                        g.reshape(t, &[1, count, 1, hd])
+                    };
+                    // Every row's append comes first, then every row's attention: steps
+                    // with no data between them, which the CPU program runs side by side.
                     let one = g.scalar(DType::I32, 1.0)?;
                     let mut rows = Vec::with_capacity(n);
                     for r in 0..n {
-                        let row = |g: &mut Graph, t| g.narrow(t, 2, r, 1);
-                        let (q, k, v) = (row(&mut g, q)?, row(&mut g, k)?, row(&mut g, v)?);
+                        let (q, k, v) = (row(&mut g, q, r, nh)?, row(&mut g, k, r, nkv)?, row(&mut g, v, r, nkv)?);
                         let at = g.narrow(pos, 0, r, 1)?;
                         let len = g.add(at, one)?;
                         rows.push((q, append(&mut g, (k, v), at, &format!("{l}.{r}"))?, len));
