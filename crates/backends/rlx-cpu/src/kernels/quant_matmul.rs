@@ -479,9 +479,14 @@ fn dot_kernel(scheme: QuantScheme, arm: Arm) -> DotFn {
         }
         QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K => {
             #[cfg(target_arch = "x86_64")]
-            if scheme == QuantScheme::Q4K && arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
-                // SAFETY: the features were just checked.
-                return |_, w, a, o| unsafe { x86::dot_rows_q4k_vnni_avx512(w, a, o) };
+            if arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
+                match scheme {
+                    // SAFETY: the features were just checked.
+                    QuantScheme::Q4K => return |_, w, a, o| unsafe { x86::dot_rows_q4k_vnni_avx512(w, a, o) },
+                    // SAFETY: the features were just checked.
+                    QuantScheme::Q6K => return |_, w, a, o| unsafe { x86::dot_rows_q6k_vnni_avx512(w, a, o) },
+                    _ => {}
+                }
             }
             match arm.min(Arm::best()) {
                 #[cfg(target_arch = "x86_64")]
@@ -780,6 +785,80 @@ mod x86 {
                 let sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
                 *o = _mm_cvtss_f32(sum) + offsets;
             }
+        }
+    }
+
+    /// Q6_K rows: each 32 values' quants (6 bits, stored `q + 32`, unpacked from the low
+    /// and high bit planes in registers) one `vpdpbusd` against the activation block, less
+    /// that block's `32 x` sums (one `vpdpbusd` per activation block and call), each lane
+    /// pair of 16-value sub-blocks scaled by its own scale. Gemma 3 270M's ffn_down shape
+    /// (640 x 2048), 1 thread (AMD EPYC): 100-137 -> 54 us a product hot, 104 -> 70 us
+    /// cold, against the `vpmaddwd` path; in the model 0.20-0.25 -> 0.15 ms, and a decode
+    /// step 16.4-16.6 -> 15.6-16.2 ms.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dot_rows_q6k_vnni_avx512(w: &[u8], a: &Q8Row, out: &mut [f32]) {
+        let bb = QuantScheme::Q6K.block_bytes();
+        let rb = w.len() / out.len().max(1);
+        let blocks = a.q.len() / 32;
+        // SAFETY (whole body): every load reads inside a block's bytes (ql at 0, qh at 128,
+        // the scales at 192, d at 208 of 210), the activation row (whole blocks) or the
+        // scratch of `blocks` vectors; the features are enabled on this function.
+        unsafe {
+            crate::threads::with_scratch::<i32, _>(8 * blocks, |sums| {
+                // Per activation block, 32 x its values' sums in 8 lanes of 4.
+                let thirty_two = _mm256_set1_epi8(32);
+                for (j, s) in sums.chunks_exact_mut(8).enumerate() {
+                    let x = _mm256_loadu_si256(a.q[j * 32..].as_ptr().cast());
+                    let sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), thirty_two, x);
+                    _mm256_storeu_si256(s.as_mut_ptr().cast(), sum);
+                }
+                let (low, high) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+                // Lanes 0-3 take sub-block scale 2j, lanes 4-7 scale 2j + 1.
+                let pick: [__m512i; 8] = std::array::from_fn(|j| {
+                    let (e, o) = (2 * j as i32, 2 * j as i32 + 1);
+                    _mm512_setr_epi32(e, e, e, e, o, o, o, o, 0, 0, 0, 0, 0, 0, 0, 0)
+                });
+                for (o, row) in out.iter_mut().zip(w.chunks_exact(rb.max(1))) {
+                    let mut acc = _mm256_setzero_ps();
+                    for (c, wb) in row.chunks_exact(bb).enumerate() {
+                        let first = c * 8;
+                        let scales =
+                            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(wb[192..].as_ptr().cast())));
+                        let scales = _mm512_mul_ps(scales, _mm512_set1_ps(super::f16_at(wb, 208)));
+                        for h in 0..2 {
+                            let ql0 = _mm256_loadu_si256(wb[h * 64..].as_ptr().cast());
+                            let ql1 = _mm256_loadu_si256(wb[h * 64 + 32..].as_ptr().cast());
+                            let qh = _mm256_loadu_si256(wb[128 + h * 32..].as_ptr().cast());
+                            let bits = |l: __m256i, h: __m256i| {
+                                _mm256_or_si256(_mm256_and_si256(l, low), _mm256_and_si256(h, high))
+                            };
+                            // `quant_gemm::quants`' order: values 32k.. of this half.
+                            let quants = [
+                                bits(ql0, _mm256_slli_epi16::<4>(qh)),
+                                bits(ql1, _mm256_slli_epi16::<2>(qh)),
+                                bits(_mm256_srli_epi16::<4>(ql0), qh),
+                                bits(_mm256_srli_epi16::<4>(ql1), _mm256_srli_epi16::<2>(qh)),
+                            ];
+                            for (k, &u) in quants.iter().enumerate() {
+                                let j = 4 * h + k;
+                                let at = first + j;
+                                let x = _mm256_loadu_si256(a.q[at * 32..].as_ptr().cast());
+                                let dot = _mm256_sub_epi32(
+                                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x),
+                                    _mm256_loadu_si256(sums[at * 8..].as_ptr().cast()),
+                                );
+                                let scale = _mm512_castps512_ps256(_mm512_permutexvar_ps(pick[j], scales));
+                                let scale = _mm256_mul_ps(scale, _mm256_set1_ps(a.d[at]));
+                                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
+                            }
+                        }
+                    }
+                    let sum = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+                    let sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+                    let sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
+                    *o = _mm_cvtss_f32(sum);
+                }
+            })
         }
     }
 
