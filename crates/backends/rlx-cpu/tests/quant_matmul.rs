@@ -287,6 +287,26 @@ fn results_are_bit_identical_across_thread_counts() {
     }
 }
 
+/// The bits of `x @ w^T` for the `n` weight rows `w` in `scheme`, on the best arm and
+/// `threads` workers.
+fn product_bits(
+    scheme: QuantScheme,
+    act: ActivationQuant,
+    (w, n): (&[u8], usize),
+    x: &[f32],
+    threads: usize,
+) -> Vec<u32> {
+    let k = w.len() / n / scheme.block_bytes() * scheme.block_size();
+    let rows = x.len() / k;
+    let plan = QuantMatMulPlan::new(&[rows, k], &[n, w.len() / n], scheme, act, threads);
+    let mut out = vec![0f32; rows * n];
+    rlx_cpu::threads::pool(threads)
+        .unwrap()
+        .install(|| dequant_matmul_into(&plan, Arm::best(), x, w, &mut out))
+        .unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
 /// A batched decode step's 8-bit matmul: each of `m` activation rows gets, bit for bit,
 /// what it gets alone (`m = 1`), whatever else is in the batch and however many threads
 /// share it (what makes a server's answers independent of its other requests). Odd
@@ -303,19 +323,10 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
             let w = random_weights(&mut rng, scheme, n, k);
             for m in [2, 3, 5, 6, 7, 8, 9, 17] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
-                let run = |rows: usize, x: &[f32], threads: usize| {
-                    let plan =
-                        QuantMatMulPlan::new(&[rows, k], &[n, w.len() / n], scheme, ActivationQuant::Q8, threads);
-                    let mut out = vec![0f32; rows * n];
-                    rlx_cpu::threads::pool(threads)
-                        .unwrap()
-                        .install(|| dequant_matmul_into(&plan, Arm::best(), x, &w, &mut out))
-                        .unwrap();
-                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-                };
-                let alone: Vec<u32> = x.chunks(k).flat_map(|row| run(1, row, 1)).collect();
+                let run = |x: &[f32], threads| product_bits(scheme, ActivationQuant::Q8, (&w, n), x, threads);
+                let alone: Vec<u32> = x.chunks(k).flat_map(|row| run(row, 1)).collect();
                 for threads in [1, 2] {
-                    let batch = run(m, &x, threads);
+                    let batch = run(&x, threads);
                     assert!(
                         batch == alone,
                         "{} n {n} m {m} threads {threads}: a row differs from its solo result",
@@ -351,21 +362,13 @@ fn each_row_of_a_q16_product_equals_that_row_alone() {
             let mut x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
             x[0] = -1000.0;
             x[32] = 1000.0;
-            let run = |rows: usize, x: &[f32], threads: usize| {
-                let plan = QuantMatMulPlan::new(&[rows, k], &[n, w.len() / n], scheme, ActivationQuant::Q16, threads);
-                let mut out = vec![0f32; rows * n];
-                rlx_cpu::threads::pool(threads)
-                    .unwrap()
-                    .install(|| dequant_matmul_into(&plan, Arm::best(), x, &w, &mut out))
-                    .unwrap();
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
-            let all = run(m, &x, 1);
+            let run = |x: &[f32], threads| product_bits(scheme, ActivationQuant::Q16, (&w, n), x, threads);
+            let all = run(&x, 1);
             for (rows, threads) in [(1, 1), (3, 2), (8, 1), (17, 2), (32, 1), (33, 2)] {
                 for (c, xs) in x.chunks(rows * k).enumerate() {
                     let first = c * rows * n;
                     assert!(
-                        run(xs.len() / k, xs, threads) == all[first..][..xs.len() / k * n],
+                        run(xs, threads) == all[first..][..xs.len() / k * n],
                         "{} n {n}: rows {}.. in a product of {rows} rows ({threads} threads) differ from a product of {m}",
                         scheme.name(),
                         c * rows

@@ -35,6 +35,22 @@ pub const ROWS: usize = 16;
 /// -> 463-523 tok/s (AMD EPYC); 24 of the 32 vector registers.
 const PASS: usize = 8;
 
+/// `$kernel::<A>(args)` with `A` = `$rows` (1 to 8: the activation rows of a pass).
+macro_rules! by_rows {
+    ($($kernel:ident)::+($($arg:expr),*), $rows:expr) => {
+        match $rows {
+            8 => $($kernel)::+::<8>($($arg),*),
+            7 => $($kernel)::+::<7>($($arg),*),
+            6 => $($kernel)::+::<6>($($arg),*),
+            5 => $($kernel)::+::<5>($($arg),*),
+            4 => $($kernel)::+::<4>($($arg),*),
+            3 => $($kernel)::+::<3>($($arg),*),
+            2 => $($kernel)::+::<2>($($arg),*),
+            _ => $($kernel)::+::<1>($($arg),*),
+        }
+    };
+}
+
 /// Whether [`Packed`] products run `scheme` on `arm` on this host.
 pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
     let f = features();
@@ -182,18 +198,7 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
         // SAFETY: the features were checked; every group read lies in `p.bytes` (groups
         // g0.. cover rows 16 g0..16 g0 + cols <= n); every activation row holds k values
         // and nb scales and sums; stores stay within `cols` values of each `out` row.
-        unsafe {
-            match acts.len() {
-                8 => x86::groups_avx512::<8>(p, g0, acts, out),
-                7 => x86::groups_avx512::<7>(p, g0, acts, out),
-                6 => x86::groups_avx512::<6>(p, g0, acts, out),
-                5 => x86::groups_avx512::<5>(p, g0, acts, out),
-                4 => x86::groups_avx512::<4>(p, g0, acts, out),
-                3 => x86::groups_avx512::<3>(p, g0, acts, out),
-                2 => x86::groups_avx512::<2>(p, g0, acts, out),
-                _ => x86::groups_avx512::<1>(p, g0, acts, out),
-            }
-        }
+        unsafe { by_rows!(x86::groups_avx512(p, g0, acts, out), acts.len()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (g0, acts, out, nb);
@@ -238,18 +243,7 @@ pub(super) fn dot_groups_q16(p: &Packed, arm: Arm, g0: usize, acts: &[Q16Row], o
     for (acts, out) in acts.chunks(Q16_PASS).zip(out.chunks_mut(Q16_PASS)) {
         // SAFETY: as in `dot_groups`; every activation row holds k bytes of each half and
         // nb scales and sums.
-        unsafe {
-            match acts.len() {
-                8 => x86::groups_q16_avx512::<8>(p, g0, acts, out),
-                7 => x86::groups_q16_avx512::<7>(p, g0, acts, out),
-                6 => x86::groups_q16_avx512::<6>(p, g0, acts, out),
-                5 => x86::groups_q16_avx512::<5>(p, g0, acts, out),
-                4 => x86::groups_q16_avx512::<4>(p, g0, acts, out),
-                3 => x86::groups_q16_avx512::<3>(p, g0, acts, out),
-                2 => x86::groups_q16_avx512::<2>(p, g0, acts, out),
-                _ => x86::groups_q16_avx512::<1>(p, g0, acts, out),
-            }
-        }
+        unsafe { by_rows!(x86::groups_q16_avx512(p, g0, acts, out), acts.len()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (g0, acts, out, nb);
@@ -303,6 +297,31 @@ pub(super) mod x86 {
         }
     }
 
+    /// The (group, block) at `at`: its 8 steps ([`steps`]) and per lane its scale `sw` and
+    /// offset term `ow` (`w = sw * u + ow`), with the bytes [`PREFETCH`] ahead fetched
+    /// into L2.
+    ///
+    /// # Safety
+    /// As [`steps`]; the caller has F16C.
+    #[inline(always)]
+    unsafe fn block(scheme: QuantScheme, at: *const u8) -> ([__m512i; 8], __m512, __m512) {
+        // SAFETY: as the caller guarantees (a prefetch of any address is defined).
+        unsafe {
+            let ahead = at.wrapping_add(PREFETCH);
+            for line in (0..block_bytes(scheme)).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line) as *const i8);
+            }
+            let quant_bytes = super::quant_bytes(scheme);
+            let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
+            let ow = if scheme == QuantScheme::Q4_1 {
+                _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
+            } else {
+                _mm512_mul_ps(sw, _mm512_set1_ps(super::offset(scheme)))
+            };
+            (steps(scheme, at), sw, ow)
+        }
+    }
+
     /// [`super::dot_groups`] for `A` activation rows.
     ///
     /// # Safety
@@ -311,27 +330,15 @@ pub(super) mod x86 {
     pub unsafe fn groups_avx512<const A: usize>(p: &Packed, g0: usize, acts: &[Q8Row], out: &mut [&mut [f32]]) {
         let nb = p.k / 32;
         let bb = block_bytes(p.scheme);
-        let quant_bytes = super::quant_bytes(p.scheme);
         let cols = out[0].len();
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
-            let offset = _mm512_set1_ps(super::offset(p.scheme));
             for g in 0..cols.div_ceil(ROWS) {
                 let mut acc = [_mm512_setzero_ps(); A];
                 let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
                 for b in 0..nb {
                     let at = group.add(b * bb);
-                    let ahead = at.add(PREFETCH);
-                    for line in (0..bb).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T1>(ahead.add(line) as *const i8);
-                    }
-                    let steps = steps(p.scheme, at);
-                    let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
-                    let ow = if p.scheme == QuantScheme::Q4_1 {
-                        _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
-                    } else {
-                        _mm512_mul_ps(sw, offset)
-                    };
+                    let (steps, sw, ow) = block(p.scheme, at);
                     for i in 0..A {
                         let q = acts[i].q.as_ptr().add(b * 32);
                         // Two chains of 4: integer sums, so the split changes nothing.
@@ -371,29 +378,17 @@ pub(super) mod x86 {
     ) {
         let nb = p.k / 32;
         let bb = block_bytes(p.scheme);
-        let quant_bytes = super::quant_bytes(p.scheme);
         let cols = out[0].len();
         let biased = p.scheme == QuantScheme::Q8_0;
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
-            let offset = _mm512_set1_ps(super::offset(p.scheme));
             let ones = _mm512_set1_epi8(1);
             for g in 0..cols.div_ceil(ROWS) {
                 let mut acc = [_mm512_setzero_ps(); A];
                 let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
                 for b in 0..nb {
                     let at = group.add(b * bb);
-                    let ahead = at.add(PREFETCH);
-                    for line in (0..bb).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T1>(ahead.add(line) as *const i8);
-                    }
-                    let steps = steps(p.scheme, at);
-                    let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
-                    let ow = if p.scheme == QuantScheme::Q4_1 {
-                        _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
-                    } else {
-                        _mm512_mul_ps(sw, offset)
-                    };
+                    let (steps, sw, ow) = block(p.scheme, at);
                     // Q8_0: 128 x each row's block sum, what the biased `lo` takes off.
                     let mut restore = _mm512_setzero_si512();
                     if biased {

@@ -319,22 +319,25 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
             })
             .collect();
         if packed {
-            let owned;
-            let weights = match &p.packed {
-                Some(weights) => weights.as_ref(),
-                None => {
-                    owned = Packed::new(p.scheme, w, p.n, k, None);
-                    &owned
-                }
-            };
             // Chunks are whole multiples of 16 columns (`column_chunks`): whole groups.
-            return par_column_chunks(p, out, |j0, outs| {
-                q8_packed::dot_groups(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
+            return with_packed(p, w, |weights| {
+                par_column_chunks(p, out, |j0, outs| {
+                    q8_packed::dot_groups(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
+                })
             });
         }
         let dot = dot_kernel(p.scheme, arm);
         par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o))
     })
+}
+
+/// Runs `f` with the weight repacked for `q8_packed`: the param's copy (`p.packed`), or
+/// one made for this call.
+fn with_packed<R>(p: &QuantMatMulPlan, w: &[u8], f: impl FnOnce(&Packed) -> R) -> R {
+    match &p.packed {
+        Some(weights) => f(weights),
+        None => f(&Packed::new(p.scheme, w, p.n, p.k, None)),
+    }
 }
 
 /// The product with 16-bit activations: the integer GEMM where it runs the scheme, for
@@ -412,17 +415,10 @@ fn q16_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32])
                     ds: &ds[i * nb..][..nb],
                 })
                 .collect();
-            let owned;
-            let weights = match &p.packed {
-                Some(weights) => weights.as_ref(),
-                None => {
-                    owned = Packed::new(p.scheme, w, p.n, k, None);
-                    &owned
-                }
-            };
-            // Chunks are whole multiples of 16 columns (`column_chunks`): whole groups.
-            return par_column_chunks(p, out, |j0, outs| {
-                q8_packed::dot_groups_q16(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
+            return with_packed(p, w, |weights| {
+                par_column_chunks(p, out, |j0, outs| {
+                    q8_packed::dot_groups_q16(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
+                })
             });
         }
         let acts = quant_gemm::Acts { m, k, q, d, ds };
