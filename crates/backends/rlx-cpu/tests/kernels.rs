@@ -284,6 +284,41 @@ fn packed_gemm_matches_f64_at_every_tail() {
     }
 }
 
+/// f32 products with few outputs over a long inner dimension, `b` read transposed (the
+/// shape of a small conv's weight gradient, which take one dot product per output):
+/// against f64, written and accumulated, with tails of the 16-value steps, a NaN and an
+/// infinity; one thread and two alike.
+#[test]
+fn few_long_dot_products_match_f64() {
+    use rlx_cpu::kernels::matmul::Gemm;
+    let pool = rlx_cpu::threads::pool(2).unwrap();
+    for (m, k, n) in [(1, 256, 1), (3, 1000, 17), (9, 4096, 32), (16, 257, 32), (2, 300, 256)] {
+        let a = data(m * k, 41, -1.0, 1.0);
+        let mut bt = data(n * k, 42, -1.0, 1.0);
+        // b^T row j holds column j of b.
+        let b: Vec<f32> = (0..k * n).map(|i| bt[(i % n) * k + i / n]).collect();
+        let (want, mag) = gemm_reference(&a, &b, (m, k, n));
+        let what = format!("{m}x{k}x{n}");
+        let mut c = vec![f32::NAN; m * n];
+        f32::gemm_acc(m, k, n, &a, (k, 1), &bt, (1, k), &mut c, n, 1, false);
+        assert_close(&what, &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
+        let mut two = vec![f32::NAN; m * n];
+        pool.install(|| f32::gemm_acc(m, k, n, &a, (k, 1), &bt, (1, k), &mut two, n, 2, false));
+        assert_eq!(bits(&two), bits(&c), "{what}: 2 threads");
+        // Accumulating onto c doubles it (each addition of equal values is exact).
+        f32::gemm_acc(m, k, n, &a, (k, 1), &bt, (1, k), &mut two, n, 1, true);
+        assert_eq!(bits(&two), bits(&c.iter().map(|v| v * 2.0).collect::<Vec<_>>()), "{what}: accumulated");
+        // A NaN in b's last column, an infinity in its first: only those outputs change.
+        bt[(n - 1) * k + k - 1] = f32::NAN;
+        bt[0] = f32::INFINITY;
+        f32::gemm_acc(m, k, n, &a, (k, 1), &bt, (1, k), &mut c, n, 1, false);
+        for i in 0..m {
+            assert!(c[i * n + n - 1].is_nan(), "{what}: NaN in b");
+            assert!(c[i * n].is_infinite() || (n == 1 && c[i * n].is_nan()), "{what}: inf in b");
+        }
+    }
+}
+
 /// `a [m, k] @ b [k, n]` in f64, and the sum of |terms| of each output.
 fn gemm_reference(a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> (Vec<f64>, Vec<f64>) {
     let (mut want, mut mag) = (vec![0f64; m * n], vec![0f64; m * n]);

@@ -15,6 +15,7 @@
 
 use super::half_gemm::{self, Operand, Product};
 use super::packed_gemm::{self, Panels};
+use super::rows::{LANES as DOT_LANES, fold_lanes};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Num};
 use crate::features::Arm;
@@ -284,6 +285,9 @@ macro_rules! impl_gemm {
                         && (m <= 1 || c_row >= n),
                     "gemm operand sizes"
                 );
+                if <$t as LongDots>::dots((m, k, n), (a, sa), (b, sb), (c, c_row), accumulate) {
+                    return;
+                }
                 let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
                 // SAFETY: every element the strides address lies inside the slices (checked
                 // above).
@@ -316,6 +320,91 @@ macro_rules! impl_gemm {
 }
 impl_gemm!(f32);
 impl_gemm!(f64);
+
+/// Products with few outputs over a long inner dimension, `a`'s rows and `b`'s columns
+/// both contiguous along it (the weight gradient `col @ grad^T` of a conv with few
+/// channels): one dot product per output in [`DOT_LANES`] lanes, folded in the
+/// reductions' lane order. The `gemm` crate packed all of `b` on every call: the
+/// digits CNN's first conv gradient, 9 x 4096 x 32, took 0.32 ms (7.3 GFLOP/s).
+trait LongDots: Sized {
+    /// Runs the product and returns true when its shape is one of these.
+    fn dots(
+        mkn: (usize, usize, usize),
+        a: (&[Self], (usize, usize)),
+        b: (&[Self], (usize, usize)),
+        c: (&mut [Self], usize),
+        accumulate: bool,
+    ) -> bool;
+}
+
+/// Most outputs, and fewest inner steps, of a product [`LongDots`] takes.
+const DOT_MAX_OUTPUTS: usize = 512;
+const DOT_MIN_K: usize = 256;
+
+impl LongDots for f32 {
+    fn dots(
+        (m, k, n): (usize, usize, usize),
+        (a, sa): (&[f32], (usize, usize)),
+        (b, sb): (&[f32], (usize, usize)),
+        (c, c_row): (&mut [f32], usize),
+        accumulate: bool,
+    ) -> bool {
+        if m * n > DOT_MAX_OUTPUTS || k < DOT_MIN_K || sa.1 != 1 || sb.0 != 1 {
+            return false;
+        }
+        long_dots(Arm::best(), m, k, n, a, sa.0, b, sb.1, c, c_row, accumulate);
+        true
+    }
+}
+
+impl LongDots for f64 {
+    fn dots(
+        _: (usize, usize, usize),
+        _: (&[f64], (usize, usize)),
+        _: (&[f64], (usize, usize)),
+        _: (&mut [f64], usize),
+        _: bool,
+    ) -> bool {
+        false
+    }
+}
+
+crate::multiversion! {
+    /// [`LongDots`]: `c[i][j] (+)= sum_p a[i a_row + p] b[j b_col + p]`.
+    #[allow(clippy::too_many_arguments)]
+    fn long_dots(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: &[f32],
+        a_row: usize,
+        b: &[f32],
+        b_col: usize,
+        c: &mut [f32],
+        c_row: usize,
+        accumulate: bool,
+    ) {
+        for i in 0..m {
+            let ai = &a[i * a_row..][..k];
+            for j in 0..n {
+                let bj = &b[j * b_col..][..k];
+                let mut lanes = [0f32; DOT_LANES];
+                let (mut xs, mut ys) = (ai.chunks_exact(DOT_LANES), bj.chunks_exact(DOT_LANES));
+                for (x, y) in (&mut xs).zip(&mut ys) {
+                    for ((l, &x), &y) in lanes.iter_mut().zip(x).zip(y) {
+                        *l += x * y;
+                    }
+                }
+                for ((l, &x), &y) in lanes.iter_mut().zip(xs.remainder()).zip(ys.remainder()) {
+                    *l += x * y;
+                }
+                let dot = fold_lanes(lanes);
+                let o = &mut c[i * c_row + j];
+                *o = if accumulate { *o + dot } else { dot };
+            }
+        }
+    }
+}
 
 /// out[i, j] = sum over p in increasing order of a[i, p] * b[p, j], wrapping.
 fn loops<T: Num>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {

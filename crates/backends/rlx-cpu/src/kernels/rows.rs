@@ -9,7 +9,7 @@ use crate::buffer::Float;
 use crate::multiversion;
 use crate::vmath;
 
-const LANES: usize = rlx_ir::ops::reduce::SUM_LANES;
+pub(crate) const LANES: usize = rlx_ir::ops::reduce::SUM_LANES;
 
 /// Sum of `lanes` in a fixed pairwise order (`lane[i] + lane[i + w]`, w = 8, 4, 2, 1):
 /// the row kernels' and the reductions' (`reduce::pairwise_run`) lane tree.
