@@ -2,7 +2,9 @@
 //!
 //! f32 and f64 go through the `gemm` crate's packed kernels, which pick AVX-512 /
 //! AVX2+FMA / SSE2 micro-kernels at run time: measured here at 1024^3 on one thread,
-//! ~172 GFLOP/s against OpenBLAS 0.3.21's ~164 and matrixmultiply's ~150. f16/bf16
+//! ~172 GFLOP/s against OpenBLAS 0.3.21's ~164 and matrixmultiply's ~150; f32 products
+//! with few outputs over a long inner dimension take a dot product per output instead
+//! (`LongDots`), and f32 products against a param weight `packed_gemm`. f16/bf16
 //! operands, widened or packed, go through `half_gemm` (AMX, or panels widened to f32).
 //! Integer matmuls keep the plain loop (exact, wrapping).
 //!
