@@ -122,6 +122,8 @@ pub fn gemm(
         c.chunks_mut(c_row).take(m).for_each(|row| row[..n].fill(0.0));
         return;
     }
+    // The tiles also read `a` through raw pointers, in place.
+    assert!(a.len() > (m - 1) * sa.0 + (k - 1) * sa.1, "packed gemm: a too small for {m} x {k}");
     let mr = if arm == Arm::Avx512 { MR } else { AVX2_MR };
     let blocks = m.div_ceil(mr);
     // Rows of `a` with contiguous elements are read where they lie; others are packed
