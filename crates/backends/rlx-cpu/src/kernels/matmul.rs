@@ -4,7 +4,7 @@
 //! AVX2+FMA / SSE2 micro-kernels at run time: measured here at 1024^3 on one thread,
 //! ~172 GFLOP/s against OpenBLAS 0.3.21's ~164 and matrixmultiply's ~150; f32 products
 //! with few outputs over a long inner dimension take a dot product per output instead
-//! (`LongDots`), and f32 products against a param weight `packed_gemm`. f16/bf16
+//! (`few_long_dots`), and f32 products against a param weight `packed_gemm`. f16/bf16
 //! operands, widened or packed, go through `half_gemm` (AMX, or panels widened to f32).
 //! Integer matmuls keep the plain loop (exact, wrapping).
 //!
@@ -264,7 +264,7 @@ fn fits(rows: usize, cols: usize, (rs, cs): (usize, usize), len: usize) -> bool 
 }
 
 macro_rules! impl_gemm {
-    ($t:ty) => {
+    ($t:ty, $long_dots:expr) => {
         impl Gemm for $t {
             fn gemm_acc(
                 m: usize,
@@ -287,7 +287,7 @@ macro_rules! impl_gemm {
                         && (m <= 1 || c_row >= n),
                     "gemm operand sizes"
                 );
-                if <$t as LongDots>::dots((m, k, n), (a, sa), (b, sb), (c, c_row), accumulate) {
+                if $long_dots((m, k, n), (a, sa), (b, sb), (&mut *c, c_row), accumulate) {
                     return;
                 }
                 let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
@@ -320,59 +320,35 @@ macro_rules! impl_gemm {
         }
     };
 }
-impl_gemm!(f32);
-impl_gemm!(f64);
+impl_gemm!(f32, few_long_dots);
+impl_gemm!(f64, |_, _, _, _, _| false);
+
+/// Most outputs, and fewest inner steps, of a product [`few_long_dots`] takes.
+const DOT_MAX_OUTPUTS: usize = 512;
+const DOT_MIN_K: usize = 256;
 
 /// Products with few outputs over a long inner dimension, `a`'s rows and `b`'s columns
 /// both contiguous along it (the weight gradient `col @ grad^T` of a conv with few
 /// channels): one dot product per output in [`DOT_LANES`] lanes, folded in the
 /// reductions' lane order. The `gemm` crate packed all of `b` on every call: the
-/// digits CNN's first conv gradient, 9 x 4096 x 32, took 0.32 ms (7.3 GFLOP/s).
-trait LongDots: Sized {
-    /// Runs the product and returns true when its shape is one of these.
-    fn dots(
-        mkn: (usize, usize, usize),
-        a: (&[Self], (usize, usize)),
-        b: (&[Self], (usize, usize)),
-        c: (&mut [Self], usize),
-        accumulate: bool,
-    ) -> bool;
-}
-
-/// Most outputs, and fewest inner steps, of a product [`LongDots`] takes.
-const DOT_MAX_OUTPUTS: usize = 512;
-const DOT_MIN_K: usize = 256;
-
-impl LongDots for f32 {
-    fn dots(
-        (m, k, n): (usize, usize, usize),
-        (a, sa): (&[f32], (usize, usize)),
-        (b, sb): (&[f32], (usize, usize)),
-        (c, c_row): (&mut [f32], usize),
-        accumulate: bool,
-    ) -> bool {
-        if m * n > DOT_MAX_OUTPUTS || k < DOT_MIN_K || sa.1 != 1 || sb.0 != 1 {
-            return false;
-        }
-        long_dots(Arm::best(), m, k, n, a, sa.0, b, sb.1, c, c_row, accumulate);
-        true
+/// digits CNN's first conv gradient, 9 x 4096 x 32, took 0.32 ms (7.3 GFLOP/s). Runs the
+/// product and returns true when its shape is one of these.
+fn few_long_dots(
+    (m, k, n): (usize, usize, usize),
+    (a, sa): (&[f32], (usize, usize)),
+    (b, sb): (&[f32], (usize, usize)),
+    (c, c_row): (&mut [f32], usize),
+    accumulate: bool,
+) -> bool {
+    if m * n > DOT_MAX_OUTPUTS || k < DOT_MIN_K || sa.1 != 1 || sb.0 != 1 {
+        return false;
     }
-}
-
-impl LongDots for f64 {
-    fn dots(
-        _: (usize, usize, usize),
-        _: (&[f64], (usize, usize)),
-        _: (&[f64], (usize, usize)),
-        _: (&mut [f64], usize),
-        _: bool,
-    ) -> bool {
-        false
-    }
+    long_dots(Arm::best(), m, k, n, a, sa.0, b, sb.1, c, c_row, accumulate);
+    true
 }
 
 crate::multiversion! {
-    /// [`LongDots`]: `c[i][j] (+)= sum_p a[i a_row + p] b[j b_col + p]`.
+    /// [`few_long_dots`]: `c[i][j] (+)= sum_p a[i a_row + p] b[j b_col + p]`.
     #[allow(clippy::too_many_arguments)]
     fn long_dots(
         m: usize,

@@ -166,6 +166,9 @@ pub fn gemm(
     })
 }
 
+/// A tile's rows of `a`: the first element, and the (row, step) strides of the others.
+type Rows = (*const f32, (usize, usize));
+
 /// The output pointer, shared by workers that write disjoint panels of it.
 #[derive(Clone, Copy)]
 struct Out(*mut f32);
@@ -229,7 +232,7 @@ unsafe fn tile(
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2<const R: usize>(
     k: usize,
-    (a, (ri, rp)): (*const f32, (usize, usize)),
+    (a, (ri, rp)): Rows,
     panel: *const f32,
     c: *mut f32,
     c_row: usize,
@@ -239,7 +242,7 @@ unsafe fn tile_avx2<const R: usize>(
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
     for p in 0..k {
-        // SAFETY: p < k: inside the panel and the row block.
+        // SAFETY: p < k, i < R: inside the panel and the tile's rows of `a`.
         unsafe {
             let b0 = _mm256_loadu_ps(panel.add(p * NR));
             let b1 = _mm256_loadu_ps(panel.add(p * NR + 8));
@@ -262,14 +265,7 @@ unsafe fn tile_avx2<const R: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx2<const R: usize>(
-    _: usize,
-    _: (*const f32, (usize, usize)),
-    _: *const f32,
-    _: *mut f32,
-    _: usize,
-    _: usize,
-) {
+unsafe fn tile_avx2<const R: usize>(_: usize, _: Rows, _: *const f32, _: *mut f32, _: usize, _: usize) {
     unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
 
@@ -277,7 +273,7 @@ unsafe fn tile_avx2<const R: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 unsafe fn tile_avx512<const R: usize>(
     k: usize,
-    (a, (ri, rp)): (*const f32, (usize, usize)),
+    (a, (ri, rp)): Rows,
     panel: *const f32,
     c: *mut f32,
     c_row: usize,
@@ -287,7 +283,7 @@ unsafe fn tile_avx512<const R: usize>(
     let mut lo = [_mm512_setzero_ps(); R];
     let mut hi = [_mm512_setzero_ps(); R];
     for p in 0..k {
-        // SAFETY: p < k: inside the panel (k * NR floats) and the row block (k * MR).
+        // SAFETY: p < k, i < R: inside the panel (k * NR floats) and the tile's rows of `a`.
         unsafe {
             let b0 = _mm512_loadu_ps(panel.add(p * NR));
             let b1 = _mm512_loadu_ps(panel.add(p * NR + 16));
@@ -310,13 +306,6 @@ unsafe fn tile_avx512<const R: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx512<const R: usize>(
-    _: usize,
-    _: (*const f32, (usize, usize)),
-    _: *const f32,
-    _: *mut f32,
-    _: usize,
-    _: usize,
-) {
+unsafe fn tile_avx512<const R: usize>(_: usize, _: Rows, _: *const f32, _: *mut f32, _: usize, _: usize) {
     unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }

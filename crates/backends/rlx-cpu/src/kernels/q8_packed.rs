@@ -322,6 +322,42 @@ pub(super) mod x86 {
         }
     }
 
+    /// `acc + isum * (sw * d) + ow * s`, in this order, for one block's integer sums
+    /// `isum` (per lane) against an activation row's scale `d` and scaled sum `s`: the f32
+    /// step of both kernels here and of `quant_gemm`'s panel GEMM, which is why a 16-bit
+    /// product gets the same bits on either path.
+    ///
+    /// # Safety
+    /// The caller has AVX-512 F.
+    #[inline(always)]
+    pub(in crate::kernels) unsafe fn add_block(
+        acc: __m512,
+        isum: __m512i,
+        (sw, ow): (__m512, __m512),
+        (d, s): (__m512, __m512),
+    ) -> __m512 {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, d), acc);
+            _mm512_fmadd_ps(ow, s, acc)
+        }
+    }
+
+    /// Lane `l` of `acc[i]` into column `first + l` of `out[i]`, for the columns each
+    /// `out` row holds.
+    ///
+    /// # Safety
+    /// The caller has AVX-512 F; `first` is below the rows' length.
+    #[inline(always)]
+    unsafe fn store_group<const A: usize>(out: &mut [&mut [f32]], first: usize, acc: &[__m512; A]) {
+        let lanes = (out[0].len() - first).min(ROWS);
+        let keep: __mmask16 = if lanes == ROWS { !0 } else { (1u16 << lanes) - 1 };
+        for (o, &a) in out.iter_mut().zip(acc) {
+            // SAFETY: the masked store writes `lanes` floats from `first`, inside the row.
+            unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr().add(first), keep, a) };
+        }
+    }
+
     /// [`super::dot_groups`] for `A` activation rows.
     ///
     /// # Safety
@@ -349,18 +385,12 @@ pub(super) mod x86 {
                             even = _mm512_dpbusd_epi32(even, steps[t], x0);
                             odd = _mm512_dpbusd_epi32(odd, steps[t + 1], x1);
                         }
-                        let isum = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
-                        let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*acts[i].d.get_unchecked(b)));
-                        acc[i] = _mm512_fmadd_ps(isum, scale, acc[i]);
-                        acc[i] = _mm512_fmadd_ps(ow, _mm512_set1_ps(*acts[i].s.get_unchecked(b)), acc[i]);
+                        let (d, s) = (*acts[i].d.get_unchecked(b), *acts[i].s.get_unchecked(b));
+                        let isum = _mm512_add_epi32(even, odd);
+                        acc[i] = add_block(acc[i], isum, (sw, ow), (_mm512_set1_ps(d), _mm512_set1_ps(s)));
                     }
                 }
-                let first = g * ROWS;
-                let lanes = (cols - first).min(ROWS);
-                let keep: __mmask16 = if lanes == ROWS { !0 } else { (1u16 << lanes) - 1 };
-                for i in 0..A {
-                    _mm512_mask_storeu_ps(out[i].as_mut_ptr().add(first), keep, acc[i]);
-                }
+                store_group(out, g * ROWS, &acc);
             }
         }
     }
@@ -422,17 +452,11 @@ pub(super) mod x86 {
                         }
                         let high = _mm512_slli_epi32::<8>(_mm512_add_epi32(h0, h1));
                         let isum = _mm512_add_epi32(_mm512_add_epi32(high, _mm512_add_epi32(l0, l1)), restore);
-                        let scale = _mm512_mul_ps(sw, _mm512_set1_ps(*acts[i].d.get_unchecked(b)));
-                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[i]);
-                        acc[i] = _mm512_fmadd_ps(ow, _mm512_set1_ps(*acts[i].ds.get_unchecked(b)), acc[i]);
+                        let (d, ds) = (*acts[i].d.get_unchecked(b), *acts[i].ds.get_unchecked(b));
+                        acc[i] = add_block(acc[i], isum, (sw, ow), (_mm512_set1_ps(d), _mm512_set1_ps(ds)));
                     }
                 }
-                let first = g * ROWS;
-                let lanes = (cols - first).min(ROWS);
-                let keep: __mmask16 = if lanes == ROWS { !0 } else { (1u16 << lanes) - 1 };
-                for i in 0..A {
-                    _mm512_mask_storeu_ps(out[i].as_mut_ptr().add(first), keep, acc[i]);
-                }
+                store_group(out, g * ROWS, &acc);
             }
         }
     }

@@ -337,6 +337,7 @@ unsafe fn panel_rows(panel: &Panel, g: usize, acts: &Acts, out: *mut f32, n: usi
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::q8_packed::x86::add_block;
     use super::{Acts, LANES, PANEL, Packed, Panel, VECS};
     use rlx_ir::quant::QuantScheme;
     use std::arch::x86_64::*;
@@ -501,9 +502,7 @@ mod x86 {
                     let da = _mm512_set1_ps(*d[r].add(grp * G / 32));
                     let dsum = _mm512_set1_ps(*ds[r].add(grp));
                     for v in 0..VECS {
-                        let scale = _mm512_mul_ps(sw[v], da);
-                        acc[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][v]), scale, acc[r][v]);
-                        acc[r][v] = _mm512_fmadd_ps(ow[v], dsum, acc[r][v]);
+                        acc[r][v] = add_block(acc[r][v], isum[r][v], (sw[v], ow[v]), (da, dsum));
                     }
                 }
             }
