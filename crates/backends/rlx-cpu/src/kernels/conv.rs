@@ -9,13 +9,15 @@
 //! output tiles inside `gemm` (whose depth blocking does not depend on the thread count,
 //! as matmul relies on); im2col rows are plain copies: bit-identical for every thread
 //! count. Pools run a strided input run per tap, taps in the direct loop's order, split
-//! by planes. The gradients are GEMMs over the im2col columns of many images side by side
-//! (`dw^T = col @ grad^T`, `dcol = w^T @ grad`, then `dcol` added back onto `dx`): with
-//! the direct loops they replace, the digits CNN's training step took 55.7 ms (batch 64,
-//! 2 threads, AMD EPYC), now ~3.5. Image batches are summed in order and each image's
+//! by planes; max pools whose windows tile the input have their own kernels
+//! (`pool_tiles`). The gradients are GEMMs over the im2col columns of many images side
+//! by side (`dw^T = col @ grad^T`, `dcol = w^T @ grad`, then `dcol` added back onto
+//! `dx`): with the direct loops they replace, the digits CNN's training step took 55.7 ms
+//! (batch 64, 2 threads, AMD EPYC), then ~3.5. Image batches are summed in order and each image's
 //! `dx` is scattered by one worker: bit-identical for every thread count.
 
 use super::matmul::Gemm;
+use super::pool_tiles::{self, Fold};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Float, Num};
 use crate::threads::{MIN_PARALLEL_ELEMS, with_scratch};
@@ -256,6 +258,9 @@ fn inside(count: usize, stride: usize, offset: usize, pad: usize, extent: usize)
 
 /// Max pooling (`avg = None`) or average pooling (`avg = Some(count_include_pad)`).
 pub fn pool(g: &Geometry, avg: Option<bool>, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    if class == Class::F32 && avg.is_none() && pool_tiles::max_pool_f32(g, Fold::Max, ins.get(0)?, &[], out_mut(out)?) {
+        return Ok(());
+    }
     with_float!(class, T => {
         pool_typed::<T>(g, avg, ins.get(0)?, out_mut(out)?);
         Ok(())
@@ -269,9 +274,16 @@ fn pool_typed<T: Float>(g: &Geometry, avg: Option<bool>, x: &[T], out: &mut [T])
     }
     // Each output row accumulates its window row by row, tap by tap (a strided run of
     // the input row per tap): every output sees its taps in the direct loop's order.
+    let tiled = pool_tiles::tiles(g);
     let taps = Taps::new(g);
     let per_plane = |p: usize, out: &mut [T]| {
         let src = &x[p * plane..(p + 1) * plane];
+        if tiled {
+            return match (g.kh, g.kw) {
+                (2, 2) => pool_tiles::pool_plane(g, [2, 2], avg, src, out),
+                _ => pool_tiles::pool_plane(g, [g.kh, g.kw], avg, src, out),
+            };
+        }
         if let Some(taps) = &taps {
             // Narrow rows: each output folds its taps through the table, in the same
             // order (ky, then kx) as the row loop below.
@@ -540,45 +552,62 @@ fn first_max<T: Float>(src: &[T], positions: impl Iterator<Item = usize>) -> Opt
 /// `max_pool2d_grad(x, g)` (`select = false`, out like x) or `max_pool2d_select(x, t)`
 /// (`select = true`, out pooled).
 pub fn max_pool_route(g: &Geometry, select: bool, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
+    let fold = if select { Fold::Select } else { Fold::Route };
+    if class == Class::F32 && pool_tiles::max_pool_f32(g, fold, ins.get(0)?, ins.get(1)?, out_mut(out)?) {
+        return Ok(());
+    }
     with_float!(class, T => {
-        let (x, v, out): (&[T], &[T], &mut [T]) = (ins.get(0)?, ins.get(1)?, out_mut(out)?);
-        let (plane, pooled) = (g.h * g.w, g.oh * g.ow);
-        if plane == 0 || pooled == 0 {
-            out.fill(T::ZERO);
-            return Ok(());
-        }
-        // One plane per task: each writes only its own output plane, in the same order
-        // (bit-identical for every thread count).
-        let taps = Taps::new(g);
-        let route = |p: usize, dst: &mut [T]| {
-            let src = &x[p * plane..(p + 1) * plane];
-            if !select {
-                dst.fill(T::ZERO);
-            }
-            for y in 0..g.oh {
-                for xo in 0..g.ow {
-                    let window = match &taps {
-                        Some(taps) => first_max(src, taps.at(g, y * g.ow + xo).filter(|&at| at != PAD).map(|at| at as usize)),
-                        None => window_argmax(g, src, y, xo),
-                    };
-                    let Some(at) = window else { continue };
-                    let o = y * g.ow + xo;
-                    if select {
-                        dst[o] = v[p * plane + at];
-                    } else {
-                        dst[at] += v[p * pooled + o];
-                    }
-                }
-            }
-        };
-        let chunk = if select { pooled } else { plane };
-        if crate::threads::current() > 1 && out.len() >= MIN_PARALLEL_ELEMS / 8 {
-            out.par_chunks_mut(chunk).enumerate().for_each(|(p, dst)| route(p, dst));
-        } else {
-            out.chunks_mut(chunk).enumerate().for_each(|(p, dst)| route(p, dst));
-        }
+        route_typed::<T>(g, select, ins.get(0)?, ins.get(1)?, out_mut(out)?);
         Ok(())
     })
+}
+
+fn route_typed<T: Float>(g: &Geometry, select: bool, x: &[T], v: &[T], out: &mut [T]) {
+    let (plane, pooled) = (g.h * g.w, g.oh * g.ow);
+    if plane == 0 || pooled == 0 {
+        out.fill(T::ZERO);
+        return;
+    }
+    // One plane per task: each writes only its own output plane, in the same order
+    // (bit-identical for every thread count).
+    let tiled = pool_tiles::tiles(g);
+    let taps = Taps::new(g);
+    let route = |p: usize, dst: &mut [T]| {
+        let src = &x[p * plane..(p + 1) * plane];
+        if !select {
+            dst.fill(T::ZERO);
+        }
+        if tiled {
+            let v = if select { &v[p * plane..(p + 1) * plane] } else { &v[p * pooled..(p + 1) * pooled] };
+            return match (g.kh, g.kw) {
+                (2, 2) => pool_tiles::route_plane(g, [2, 2], select, src, v, dst),
+                _ => pool_tiles::route_plane(g, [g.kh, g.kw], select, src, v, dst),
+            };
+        }
+        for y in 0..g.oh {
+            for xo in 0..g.ow {
+                let window = match &taps {
+                    Some(taps) => {
+                        first_max(src, taps.at(g, y * g.ow + xo).filter(|&at| at != PAD).map(|at| at as usize))
+                    }
+                    None => window_argmax(g, src, y, xo),
+                };
+                let Some(at) = window else { continue };
+                let o = y * g.ow + xo;
+                if select {
+                    dst[o] = v[p * plane + at];
+                } else {
+                    dst[at] += v[p * pooled + o];
+                }
+            }
+        }
+    };
+    let chunk = if select { pooled } else { plane };
+    if crate::threads::current() > 1 && out.len() >= MIN_PARALLEL_ELEMS / 8 {
+        out.par_chunks_mut(chunk).enumerate().for_each(|(p, dst)| route(p, dst));
+    } else {
+        out.chunks_mut(chunk).enumerate().for_each(|(p, dst)| route(p, dst));
+    }
 }
 
 /// `avg_pool2d_grad(g)`: each window's gradient spread over its in-range positions.
@@ -765,11 +794,24 @@ mod tests {
             ([2, 3, 9, 10], [2, 3], [2, 1], [1, 2, 0, 1]),
             ([1, 2, 3, 1], [1, 1], [1, 4], [0, 5, 0, 5]),
             ([1, 1, 4, 4], [4, 4], [1, 1], [3, 3, 3, 3]),
+            // Windows that tile the input (some with rows and columns left over): one
+            // plane per vector with a masked tail, several planes per vector, and planes
+            // after the last whole group of them.
+            ([3, 5, 8, 8], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([2, 3, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
+            ([1, 2, 5, 7], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([4, 9, 4, 4], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([3, 7, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
+            ([1, 3, 11, 13], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([2, 3, 8, 8], [4, 1], [4, 1], [0, 0, 0, 0]),
         ];
         for (i, &(xd, k, stride, pad)) in cases.iter().enumerate() {
             let g = geometry(xd, xd[1], k, stride, [1, 1], pad);
             let mut x = values(xd.iter().product(), 7 * i as u64 + 1);
+            // A NaN, and a -0 beside a +0 (a max keeps the first of the two).
             x[1] = f32::NAN;
+            x[2] = -0.0;
+            x[3] = 0.0;
             for avg in [None, Some(true), Some(false)] {
                 let want = direct(&g, avg, &x);
                 for threads in [1, 2, 3] {
@@ -778,6 +820,103 @@ mod tests {
                     assert!(
                         want.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()),
                         "case {i} {avg:?} on {threads} threads differs from the direct loop"
+                    );
+                    // The vector kernel, where this host and geometry take it.
+                    let mut out = vec![0.0; want.len()];
+                    let fast = avg.is_none()
+                        && crate::threads::pool(threads)
+                            .unwrap()
+                            .install(|| pool_tiles::max_pool_f32(&g, Fold::Max, &x, &[], &mut out));
+                    assert!(
+                        !fast || want.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i}: the vector max pool on {threads} threads differs from the direct loop"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Max pooling's gradient routing and selection, bit for bit against the direct loop
+    /// (each window's first maximum, NaN counting as the maximum) on every path (tiled
+    /// windows, the tap table, strided rows) and thread count, with ties, NaN, infinities
+    /// and signed zeros.
+    #[test]
+    fn max_pool_routes_match_the_direct_loop_bit_for_bit() {
+        fn direct(g: &Geometry, select: bool, x: &[f32], v: &[f32]) -> Vec<f32> {
+            let (plane, pooled) = (g.h * g.w, g.oh * g.ow);
+            let mut out = vec![0.0f32; if select { g.n * g.c * pooled } else { x.len() }];
+            for p in 0..g.n * g.c {
+                for y in 0..g.oh {
+                    for xo in 0..g.ow {
+                        let mut best: Option<(usize, f32)> = None;
+                        for ky in 0..g.kh {
+                            let Some(iy) = g.source(0, y, ky, g.h) else { continue };
+                            for kx in 0..g.kw {
+                                let Some(ix) = g.source(1, xo, kx, g.w) else { continue };
+                                let at = p * plane + iy * g.w + ix;
+                                let better = match best {
+                                    None => true,
+                                    Some((_, b)) => !b.is_nan() && (x[at].is_nan() || x[at] > b),
+                                };
+                                if better {
+                                    best = Some((at, x[at]));
+                                }
+                            }
+                        }
+                        let Some((at, _)) = best else { continue };
+                        let o = p * pooled + y * g.ow + xo;
+                        if select {
+                            out[o] = v[at];
+                        } else {
+                            out[at] += v[o];
+                        }
+                    }
+                }
+            }
+            out
+        }
+        #[rustfmt::skip]
+        let cases = [
+            // (input, kernel, stride, pad)
+            ([3, 5, 8, 8], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([2, 3, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
+            ([1, 2, 5, 7], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([4, 9, 4, 4], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([3, 7, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
+            ([1, 3, 11, 13], [2, 2], [2, 2], [0, 0, 0, 0]),
+            ([2, 3, 8, 8], [4, 1], [4, 1], [0, 0, 0, 0]),
+            ([2, 3, 9, 10], [3, 3], [2, 2], [1, 1, 1, 1]),
+            ([1, 4, 33, 40], [3, 2], [2, 1], [1, 0, 1, 1]),
+        ];
+        for (i, &(xd, k, stride, pad)) in cases.iter().enumerate() {
+            let g = geometry(xd, xd[1], k, stride, [1, 1], pad);
+            // Values on a coarse grid, so that windows hold ties.
+            let mut x: Vec<f32> =
+                values(xd.iter().product(), 5 * i as u64 + 1).iter().map(|v| (v * 3.0).round()).collect();
+            for (j, special) in [f32::NAN, -0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY].into_iter().enumerate() {
+                x[3 * j + 1] = special;
+            }
+            for select in [false, true] {
+                let mut v = values(if select { x.len() } else { g.n * g.c * g.oh * g.ow }, 5 * i as u64 + 2);
+                // Routed onto zero, a -0 gradient arrives as +0.
+                v[0] = -0.0;
+                let want = direct(&g, select, &x, &v);
+                for threads in [1, 2, 3] {
+                    let mut out = vec![f32::NAN; want.len()];
+                    crate::threads::pool(threads).unwrap().install(|| route_typed(&g, select, &x, &v, &mut out));
+                    assert!(
+                        want.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i} (select {select}) on {threads} threads differs from the direct loop"
+                    );
+                    // The vector kernel, where this host and geometry take it.
+                    let mut out = vec![f32::NAN; want.len()];
+                    let fold = if select { Fold::Select } else { Fold::Route };
+                    let fast = crate::threads::pool(threads)
+                        .unwrap()
+                        .install(|| pool_tiles::max_pool_f32(&g, fold, &x, &v, &mut out));
+                    assert!(
+                        !fast || want.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "case {i}: the vector {fold:?} on {threads} threads differs from the direct loop"
                     );
                 }
             }

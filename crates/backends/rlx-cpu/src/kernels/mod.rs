@@ -14,6 +14,7 @@ pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod packed_gemm;
+mod pool_tiles;
 pub mod q8_packed;
 pub mod quant_gemm;
 pub mod quant_matmul;
