@@ -109,13 +109,13 @@ fn conv_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], w: &[T], bi
     // The same split rule as matmul's `for_each_product`: many small products one thread
     // each, else one product at a time on every thread.
     let macs = og * depth * plane;
-    let taps = Taps::new(g);
+    let padded = Padded::new(g);
     let per_item = |item: usize, out: &mut [T], threads: usize| {
         let (b, group) = (item / groups, item % groups);
         let bias = bias.map(|bias| &bias[group * og..(group + 1) * og]);
         let filters = &w[group * og * depth..(group + 1) * og * depth];
         let input = &x[(b * g.c + group * cg) * g.h * g.w..(b * g.c + (group + 1) * cg) * g.h * g.w];
-        plane_product(g, taps.as_ref(), (cg, filters), input, bias, out, threads);
+        plane_product(g, padded.as_ref(), (cg, filters), input, bias, out, threads);
     };
     if threads > 1 && items >= threads && macs < MIN_PARALLEL_MACS * 4 && items * og * plane >= MIN_PARALLEL_ELEMS / 8 {
         out.par_chunks_mut(og * plane).enumerate().for_each(|(item, o)| per_item(item, o, 1));
@@ -130,7 +130,7 @@ fn conv_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], w: &[T], bi
 /// padding), built in scratch; a 1x1 / stride 1 / unpadded conv reads `input` as `col`.
 fn plane_product<T: Float + Gemm>(
     g: &Geometry,
-    taps: Option<&Taps>,
+    padded: Option<&Padded>,
     (cg, filters): (usize, &[T]),
     input: &[T],
     bias: Option<&[T]>,
@@ -158,19 +158,120 @@ fn plane_product<T: Float + Gemm>(
         return gemm(input, out);
     }
     with_scratch::<T, _>(depth * plane, |col| {
-        // Row (ci, ky, kx) of col is one strided window of channel ci: rows are
-        // independent copies, split across threads when the matrix is large.
-        let fill = |r: usize, row: &mut [T]| im2col_row(g, taps, input, r, row);
-        if threads > 1 && col.len() >= MIN_PARALLEL_ELEMS {
-            col.par_chunks_mut(plane).enumerate().for_each(|(r, row)| fill(r, row));
-        } else {
-            col.chunks_mut(plane).enumerate().for_each(|(r, row)| fill(r, row));
-        }
+        im2col(g, padded, &[input], col, threads);
         gemm(col, out);
     });
 }
 
-/// Output rows narrower than this are gathered through a [`Taps`] table: copied piece by
+/// The im2col of `images` (each `[cg, h, w]`) side by side: `col [cg * kh * kw, width]`,
+/// `width = images.len() * plane`, image `i`'s columns at `i * plane`. Rows are
+/// independent copies (bit-identical for every thread count), split across threads when
+/// the matrix is large. Narrow outputs pad every (image, channel) first and copy each
+/// row's values from there through the tap offsets: rows stay whole runs of stores.
+fn im2col<T: Float>(g: &Geometry, padded: Option<&Padded>, images: &[&[T]], col: &mut [T], threads: usize) {
+    let (hw, plane, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
+    let cg = images.first().map_or(0, |i| i.len() / hw.max(1));
+    let planes: Vec<T> = padded.map_or_else(Vec::new, |padded| {
+        let mut planes = vec![T::ZERO; images.len() * cg * padded.len()];
+        for (input, dst) in images.iter().zip(planes.chunks_exact_mut(cg * padded.len())) {
+            for (channel, dst) in input.chunks_exact(hw).zip(dst.chunks_exact_mut(padded.len())) {
+                padded.fill(g, channel, dst);
+            }
+        }
+        planes
+    });
+    let fill = |r: usize, row: &mut [T]| match padded {
+        Some(padded) => {
+            let (ci, tap) = (r / taps, &padded.offsets[r % taps * plane..][..plane]);
+            for (i, cols) in row.chunks_mut(plane).enumerate() {
+                let src = &planes[(i * cg + ci) * padded.len()..][..padded.len()];
+                cols.iter_mut().zip(tap).for_each(|(o, &at)| *o = src[at as usize]);
+            }
+        }
+        None => images.iter().zip(row.chunks_mut(plane)).for_each(|(input, cols)| im2col_row(g, input, r, cols)),
+    };
+    let width = images.len() * plane;
+    if threads > 1 && col.len() >= MIN_PARALLEL_ELEMS {
+        col.par_chunks_mut(width).enumerate().for_each(|(r, row)| fill(r, row));
+    } else {
+        col.chunks_mut(width).enumerate().for_each(|(r, row)| fill(r, row));
+    }
+}
+
+/// Narrow conv outputs (rows under [`NARROW_ROW`] values) read their taps from a copy of
+/// each input channel with the padding written out as zeros (`ph x pw`, in the coordinates
+/// `(y * stride + k * dilation)` that taps index), through one table of offsets: no
+/// padding test per value. The digits CNN's im2col and col2im took ~20% of its training
+/// step through a per-value table with a padding branch (batch 64, AMD EPYC); its step
+/// went 3.25-3.54 -> 3.18-3.20 ms on 1 thread (alternating binaries).
+struct Padded {
+    ph: usize,
+    pw: usize,
+    /// For each tap `(ky, kx)` and output position, the offset in the padded plane it
+    /// reads: `[kh * kw, oh * ow]`.
+    offsets: Vec<u32>,
+}
+
+impl Padded {
+    fn new(g: &Geometry) -> Option<Padded> {
+        if g.ow >= NARROW_ROW {
+            return None;
+        }
+        let extent = |a: usize, out: usize, k: usize| {
+            out.saturating_sub(1) * g.stride[a] + k.saturating_sub(1) * g.dilation[a] + 1
+        };
+        let (ph, pw) = (extent(0, g.oh, g.kh), extent(1, g.ow, g.kw));
+        if ph.checked_mul(pw).is_none_or(|len| len > u32::MAX as usize) {
+            return None;
+        }
+        let mut offsets = Vec::with_capacity(g.kh * g.kw * g.oh * g.ow);
+        for ky in 0..g.kh {
+            for kx in 0..g.kw {
+                for y in 0..g.oh {
+                    let line = (y * g.stride[0] + ky * g.dilation[0]) * pw + kx * g.dilation[1];
+                    offsets.extend((0..g.ow).map(|xo| (line + xo * g.stride[1]) as u32));
+                }
+            }
+        }
+        Some(Padded { ph, pw, offsets })
+    }
+
+    fn len(&self) -> usize {
+        self.ph * self.pw
+    }
+
+    /// The input row `iy` that padded row `py` holds, if any, and how many of its columns
+    /// the padded row holds (at padded columns `[pad, pad + cols)`).
+    fn inside(&self, g: &Geometry, py: usize) -> Option<(usize, usize)> {
+        let iy = py.checked_sub(g.pad[0]).filter(|&iy| iy < g.h)?;
+        Some((iy, g.w.min(self.pw.saturating_sub(g.pad[1]))))
+    }
+
+    /// `padded` = `channel [h, w]` with zeros around it.
+    fn fill<T: Float>(&self, g: &Geometry, channel: &[T], padded: &mut [T]) {
+        for (py, line) in padded.chunks_exact_mut(self.pw).enumerate() {
+            line.fill(T::ZERO);
+            if let Some((iy, cols)) = self.inside(g, py) {
+                // Element copies: a few values a line, where a memcpy call costs more.
+                let src = &channel[iy * g.w..iy * g.w + cols];
+                line[g.pad[1]..g.pad[1] + cols].iter_mut().zip(src).for_each(|(d, &v)| *d = v);
+            }
+        }
+    }
+
+    /// `channel [h, w]` = the input positions of `padded`.
+    fn store<T: Float>(&self, g: &Geometry, padded: &[T], channel: &mut [T]) {
+        for (py, line) in padded.chunks_exact(self.pw).enumerate() {
+            if let Some((iy, cols)) = self.inside(g, py) {
+                let src = &line[g.pad[1]..g.pad[1] + cols];
+                channel[iy * g.w..iy * g.w + cols].iter_mut().zip(src).for_each(|(d, &v)| *d = v);
+            }
+        }
+    }
+}
+
+/// Output rows narrower than this take their taps from a [`Padded`] plane (convs) or a
+/// [`Taps`] table (pools) rather than as strided runs of input rows: copied piece by
 /// piece, each 2-4 values cost a memcpy call (the digits CNN's step, 8 x 8 and 4 x 4
 /// outputs, batch 64: 4.2 -> 3.5-3.8 ms, AMD EPYC).
 const NARROW_ROW: usize = 16;
@@ -202,12 +303,6 @@ impl Taps {
         Some(Taps(offsets))
     }
 
-    /// The offsets of tap `ky * kw + kx`, one per output position.
-    fn of(&self, g: &Geometry, tap: usize) -> &[u32] {
-        let plane = g.oh * g.ow;
-        &self.0[tap * plane..(tap + 1) * plane]
-    }
-
     /// The offsets output position `pos` reads, tap by tap (ky, then kx).
     fn at<'a>(&'a self, g: &Geometry, pos: usize) -> impl Iterator<Item = u32> + 'a {
         let plane = g.oh * g.ow;
@@ -217,15 +312,9 @@ impl Taps {
 
 /// Row `r = (ci * kh + ky) * kw + kx` of the im2col matrix of `input [cg, h, w]`: the
 /// input value under tap `(ky, kx)` for every output position, zero in the padding.
-fn im2col_row<T: Float>(g: &Geometry, taps: Option<&Taps>, input: &[T], r: usize, row: &mut [T]) {
+fn im2col_row<T: Float>(g: &Geometry, input: &[T], r: usize, row: &mut [T]) {
     let (ci, ky, kx) = (r / (g.kh * g.kw), r / g.kw % g.kh, r % g.kw);
     let channel = &input[ci * g.h * g.w..(ci + 1) * g.h * g.w];
-    if let Some(taps) = taps {
-        for (o, &at) in row.iter_mut().zip(taps.of(g, r % (g.kh * g.kw))) {
-            *o = if at == PAD { T::ZERO } else { channel[at as usize] };
-        }
-        return;
-    }
     // Output columns [lo, hi) read inside the input row; the rest read padding.
     let (lo, hi) = inside(g.ow, g.stride[1], kx * g.dilation[1], g.pad[1], g.w);
     for (y, out) in row.chunks_mut(g.ow).enumerate() {
@@ -365,33 +454,6 @@ fn images_per_batch(g: &Geometry, depth: usize) -> usize {
     (COL_FLOATS / (depth * g.oh * g.ow).max(1)).clamp(1, g.n.max(1))
 }
 
-/// im2col of images `[b0, b0 + nb)` of `x`, channels of `group`: `col [depth, nb * plane]`,
-/// image `i`'s columns at `i * plane`.
-fn im2col_images<T: Float>(
-    (g, taps): (&Geometry, Option<&Taps>),
-    groups: usize,
-    x: &[T],
-    (b0, nb): (usize, usize),
-    group: usize,
-    col: &mut [T],
-) {
-    let cg = g.c / groups;
-    let plane = g.oh * g.ow;
-    let width = nb * plane;
-    let fill = |r: usize, row: &mut [T]| {
-        for (i, cols) in row.chunks_mut(plane).enumerate() {
-            let b = b0 + i;
-            let input = &x[(b * g.c + group * cg) * g.h * g.w..(b * g.c + (group + 1) * cg) * g.h * g.w];
-            im2col_row(g, taps, input, r, cols);
-        }
-    };
-    if crate::threads::current() > 1 && col.len() >= MIN_PARALLEL_ELEMS {
-        col.par_chunks_mut(width).enumerate().for_each(|(r, row)| fill(r, row));
-    } else {
-        col.chunks_mut(width).enumerate().for_each(|(r, row)| fill(r, row));
-    }
-}
-
 /// The output gradient of images `[b0, b0 + nb)`, filters of `group`, as one matrix
 /// `[og, nb * plane]` (image `i`'s positions at `i * plane`).
 fn gather_grad<T: Float>(
@@ -413,30 +475,36 @@ fn gather_grad<T: Float>(
 }
 
 /// Adds column `cols` (one image's `[depth, plane]` block of a column-gradient matrix whose
-/// rows are `width` apart) back onto the image's input gradient `dx [cg, h, w]`: the
-/// transpose of `im2col_row`, rows in order.
+/// rows are `width` apart) back onto the image's input gradient `dx [cg, h, w]`, zero
+/// before: the transpose of the im2col, rows in order, so each value sums its terms in
+/// the same order on either path. Narrow outputs sum into a zero-padded plane per channel
+/// (from zero, as `dx`) and store its input positions.
 fn col2im_add<T: Float>(
     g: &Geometry,
-    taps: Option<&Taps>,
+    padded: Option<&Padded>,
     cg: usize,
     dcol: &[T],
     (offset, width): (usize, usize),
     dx: &mut [T],
 ) {
-    for r in 0..cg * g.kh * g.kw {
-        let (ci, ky, kx) = (r / (g.kh * g.kw), r / g.kw % g.kh, r % g.kw);
-        let channel = &mut dx[ci * g.h * g.w..(ci + 1) * g.h * g.w];
-        let row = &dcol[r * width + offset..r * width + offset + g.oh * g.ow];
-        if let Some(taps) = taps {
-            for (&v, &at) in row.iter().zip(taps.of(g, r % (g.kh * g.kw))) {
-                if at != PAD {
-                    channel[at as usize] += v;
-                }
+    let (hw, plane, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
+    let row = |r: usize| &dcol[r * width + offset..r * width + offset + plane];
+    if let Some(padded) = padded {
+        let mut buf = vec![T::ZERO; padded.len()];
+        for (ci, channel) in dx.chunks_exact_mut(hw).take(cg).enumerate() {
+            buf.fill(T::ZERO);
+            for (t, tap) in padded.offsets.chunks_exact(plane).enumerate() {
+                row(ci * taps + t).iter().zip(tap).for_each(|(&v, &at)| buf[at as usize] += v);
             }
-            continue;
+            padded.store(g, &buf, channel);
         }
+        return;
+    }
+    for r in 0..cg * taps {
+        let (ci, ky, kx) = (r / taps, r / g.kw % g.kh, r % g.kw);
+        let channel = &mut dx[ci * hw..(ci + 1) * hw];
         let (lo, hi) = inside(g.ow, g.stride[1], kx * g.dilation[1], g.pad[1], g.w);
-        for (y, src) in row.chunks(g.ow).enumerate() {
+        for (y, src) in row(r).chunks(g.ow).enumerate() {
             let Some(iy) = g.source(0, y, ky, g.h).filter(|_| lo < hi) else { continue };
             let dst = &mut channel[iy * g.w..(iy + 1) * g.w];
             let first = lo * g.stride[1] + kx * g.dilation[1] - g.pad[1];
@@ -456,7 +524,7 @@ fn grad_input_typed<T: Float + Gemm>(g: &Geometry, groups: usize, grad: &[T], w:
     }
     let per = images_per_batch(g, depth);
     let threads = crate::threads::current();
-    let taps = Taps::new(g);
+    let padded = Padded::new(g);
     with_scratch::<T, _>((depth + og) * per * plane, |scratch| {
         let (dcol, gm) = scratch.split_at_mut(depth * per * plane);
         for group in 0..groups {
@@ -469,10 +537,10 @@ fn grad_input_typed<T: Float + Gemm>(g: &Geometry, groups: usize, grad: &[T], w:
                 // dcol [depth, width] = filters^T [depth, og] @ grad [og, width].
                 let t = if depth * og * width >= MIN_PARALLEL_MACS { threads } else { 1 };
                 T::gemm(depth, og, width, filters, (1, depth), gm, (width, 1), dcol, width, t);
-                let (dcol, taps) = (&*dcol, taps.as_ref());
+                let dcol = &*dcol;
                 let scatter = |i: usize, dx: &mut [T]| {
                     let channels = &mut dx[group * cg * g.h * g.w..(group + 1) * cg * g.h * g.w];
-                    col2im_add(g, taps, cg, dcol, (i * plane, width), channels);
+                    col2im_add(g, padded.as_ref(), cg, dcol, (i * plane, width), channels);
                 };
                 let images = &mut dx[b0 * image..(b0 + nb) * image];
                 if threads > 1 && nb > 1 {
@@ -494,7 +562,7 @@ fn grad_weight_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], grad
     }
     let per = images_per_batch(g, depth);
     let threads = crate::threads::current();
-    let taps = Taps::new(g);
+    let padded = Padded::new(g);
     with_scratch::<T, _>((depth + og) * per * plane + depth * og, |scratch| {
         let (col, rest) = scratch.split_at_mut(depth * per * plane);
         let (gm, dwt) = rest.split_at_mut(og * per * plane);
@@ -503,7 +571,10 @@ fn grad_weight_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], grad
                 let nb = per.min(g.n - b0);
                 let width = nb * plane;
                 let (col, gm) = (&mut col[..depth * width], &mut gm[..og * width]);
-                im2col_images((g, taps.as_ref()), groups, x, (b0, nb), group, col);
+                let images: Vec<&[T]> = (b0..b0 + nb)
+                    .map(|b| &x[(b * g.c + group * cg) * g.h * g.w..(b * g.c + (group + 1) * cg) * g.h * g.w])
+                    .collect();
+                im2col(g, padded.as_ref(), &images, col, threads);
                 gather_grad(g, groups, grad, (b0, nb), group, gm);
                 // dw^T [depth, og] += col [depth, width] @ grad^T [width, og], image batches
                 // in order. (As dw = grad @ col^T the GEMM packed the large col read
@@ -753,6 +824,69 @@ mod tests {
                     one.iter().zip(&run(threads)).all(|(a, b)| a.to_bits() == b.to_bits()),
                     "case {i}: 1 and {threads} threads differ"
                 );
+            }
+        }
+    }
+
+    /// The padded-plane im2col and col2im of narrow outputs give the same bits as the
+    /// strided-row ones (both run on any geometry), and the gradients the same bits on 1,
+    /// 2 and 3 threads: strides, dilation, padding past the window, uneven padding.
+    #[test]
+    fn padded_taps_match_row_copies_and_every_thread_count() {
+        #[rustfmt::skip]
+        let cases = [
+            // (input, filters, kernel, stride, dilation, pad, groups)
+            ([64, 32, 4, 4], 64, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1], 1),
+            ([5, 1, 8, 8], 3, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1], 1),
+            ([2, 4, 9, 11], 6, [3, 2], [2, 3], [1, 2], [2, 0, 3, 1], 2),
+            ([3, 2, 3, 3], 4, [3, 3], [1, 1], [1, 1], [3, 3, 3, 3], 1),
+            ([2, 3, 13, 5], 2, [5, 3], [3, 1], [2, 1], [0, 4, 1, 0], 1),
+            ([1, 2, 3, 1], 3, [1, 1], [1, 4], [1, 1], [0, 5, 0, 5], 1),
+        ];
+        for (i, &(xd, o, k, stride, dil, pad, groups)) in cases.iter().enumerate() {
+            let g = geometry(xd, o, k, stride, dil, pad);
+            let padded = Padded::new(&g).expect("a narrow output");
+            let cg = xd[1] / groups;
+            let (plane, depth) = (g.oh * g.ow, cg * k[0] * k[1]);
+            let x = values(xd.iter().product(), 11 * i as u64 + 1);
+            let images: Vec<&[f32]> = x.chunks(cg * g.h * g.w).take(xd[0]).collect();
+            let im2col_with = |p: Option<&Padded>| {
+                let mut col = vec![f32::NAN; depth * images.len() * plane];
+                im2col(&g, p, &images, &mut col, 1);
+                col
+            };
+            let rows = im2col_with(None);
+            assert!(
+                rows.iter().zip(&im2col_with(Some(&padded))).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "case {i}: im2col"
+            );
+            let width = images.len() * plane;
+            let dcol = values(depth * width, 11 * i as u64 + 2);
+            let col2im_with = |p: Option<&Padded>| {
+                let mut dx = vec![0.0f32; cg * g.h * g.w];
+                col2im_add(&g, p, cg, &dcol, ((images.len() - 1) * plane, width), &mut dx);
+                dx
+            };
+            let rows = col2im_with(None);
+            assert!(
+                rows.iter().zip(&col2im_with(Some(&padded))).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "case {i}: col2im"
+            );
+            let w = values(o * depth, 11 * i as u64 + 3);
+            let grad = values(g.n * o * plane, 11 * i as u64 + 4);
+            let grads = |threads: usize| {
+                let (mut dx, mut dw) = (vec![f32::NAN; x.len()], vec![f32::NAN; w.len()]);
+                crate::threads::pool(threads).unwrap().install(|| {
+                    grad_input_typed(&g, groups, &grad, &w, &mut dx);
+                    grad_weight_typed(&g, groups, &x, &grad, &mut dw);
+                });
+                (dx, dw)
+            };
+            let one = grads(1);
+            for threads in [2, 3] {
+                let other = grads(threads);
+                let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same(&one.0, &other.0) && same(&one.1, &other.1), "case {i}: 1 and {threads} threads differ");
             }
         }
     }
