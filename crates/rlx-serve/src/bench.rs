@@ -1,7 +1,8 @@
 //! `rlx bench serve`: aggregate generated tokens per second of `rlx serve` under 1, 4 and
 //! 8 concurrent clients, beside llama.cpp's `llama-server` on the same model, prompts and
-//! load when it is available; then the server's resident memory before and after 200
-//! more requests.
+//! load when it is available; then the server's resident memory after the load and after
+//! two more rounds of 200 requests (the first of them compiles what the load left out:
+//! graphs for batch sizes it did not reach; the second should add nothing).
 //!
 //! Each client sends non-streaming `/v1/completions` requests one after another (greedy,
 //! `max_tokens` each, `ignore_eos` so that each runs to `max_tokens` on both servers: without
@@ -217,9 +218,11 @@ pub fn run(o: &BenchOptions) -> Result<()> {
     for &c in &o.clients {
         rows.push((c, load(rlx.port, c, o.rounds, o.max_tokens)?, None));
     }
-    let before = rlx.rss_mib();
-    load(rlx.port, slots, 200_usize.div_ceil(slots), 8)?;
-    let after = rlx.rss_mib();
+    let mut rss = vec![rlx.rss_mib()];
+    for _ in 0..2 {
+        load(rlx.port, slots, 200_usize.div_ceil(slots), 8)?;
+        rss.push(rlx.rss_mib());
+    }
     drop(rlx);
     if let Some(binary) = &o.llama_server {
         let llama = Server::llama(o, binary, slots, CONTEXT)?;
@@ -241,8 +244,11 @@ pub fn run(o: &BenchOptions) -> Result<()> {
     {
         println!("rlx: {} clients = {:.2}x the aggregate rate of {}", last.0, last.1 / first.1, first.0);
     }
-    if let (Some(b), Some(a)) = (before, after) {
-        println!("rlx serve resident memory: {b:.1} MiB, {a:.1} MiB after 200 more requests");
+    if let [Some(load), Some(first), Some(second)] = rss[..] {
+        println!(
+            "rlx serve resident memory: {load:.1} MiB after the load, {first:.1} MiB after 200 more requests, \
+             {second:.1} MiB after 200 more"
+        );
     }
     Ok(())
 }
