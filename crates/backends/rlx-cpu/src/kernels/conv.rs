@@ -891,6 +891,23 @@ mod tests {
         }
     }
 
+    /// A pool case: input, kernel, stride, padding (top, left, bottom, right).
+    type PoolCase = ([usize; 4], [usize; 2], [usize; 2], [usize; 4]);
+
+    /// Pools whose windows tile the input, some with rows and columns left over: one plane
+    /// per vector with a masked tail, several planes per vector, and planes after the last
+    /// whole group of them.
+    #[rustfmt::skip]
+    const TILED_POOLS: [PoolCase; 7] = [
+        ([3, 5, 8, 8], [2, 2], [2, 2], [0, 0, 0, 0]),
+        ([2, 3, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
+        ([1, 2, 5, 7], [2, 2], [2, 2], [0, 0, 0, 0]),
+        ([4, 9, 4, 4], [2, 2], [2, 2], [0, 0, 0, 0]),
+        ([3, 7, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
+        ([1, 3, 11, 13], [2, 2], [2, 2], [0, 0, 0, 0]),
+        ([2, 3, 8, 8], [4, 1], [4, 1], [0, 0, 0, 0]),
+    ];
+
     /// The pools, bit for bit against the direct loop (taps in the same order) and across
     /// thread counts, windows hanging into the padding and past the input.
     #[test]
@@ -928,18 +945,8 @@ mod tests {
             ([2, 3, 9, 10], [2, 3], [2, 1], [1, 2, 0, 1]),
             ([1, 2, 3, 1], [1, 1], [1, 4], [0, 5, 0, 5]),
             ([1, 1, 4, 4], [4, 4], [1, 1], [3, 3, 3, 3]),
-            // Windows that tile the input (some with rows and columns left over): one
-            // plane per vector with a masked tail, several planes per vector, and planes
-            // after the last whole group of them.
-            ([3, 5, 8, 8], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([2, 3, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
-            ([1, 2, 5, 7], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([4, 9, 4, 4], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([3, 7, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
-            ([1, 3, 11, 13], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([2, 3, 8, 8], [4, 1], [4, 1], [0, 0, 0, 0]),
         ];
-        for (i, &(xd, k, stride, pad)) in cases.iter().enumerate() {
+        for (i, &(xd, k, stride, pad)) in cases.iter().chain(&TILED_POOLS).enumerate() {
             let g = geometry(xd, xd[1], k, stride, [1, 1], pad);
             let mut x = values(xd.iter().product(), 7 * i as u64 + 1);
             // A NaN, and a -0 beside a +0 (a max keeps the first of the two).
@@ -1011,18 +1018,11 @@ mod tests {
         }
         #[rustfmt::skip]
         let cases = [
-            // (input, kernel, stride, pad)
-            ([3, 5, 8, 8], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([2, 3, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
-            ([1, 2, 5, 7], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([4, 9, 4, 4], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([3, 7, 9, 11], [3, 3], [3, 3], [0, 0, 0, 0]),
-            ([1, 3, 11, 13], [2, 2], [2, 2], [0, 0, 0, 0]),
-            ([2, 3, 8, 8], [4, 1], [4, 1], [0, 0, 0, 0]),
+            // (input, kernel, stride, pad): overlapping windows, padding
             ([2, 3, 9, 10], [3, 3], [2, 2], [1, 1, 1, 1]),
             ([1, 4, 33, 40], [3, 2], [2, 1], [1, 0, 1, 1]),
         ];
-        for (i, &(xd, k, stride, pad)) in cases.iter().enumerate() {
+        for (i, &(xd, k, stride, pad)) in TILED_POOLS.iter().chain(&cases).enumerate() {
             let g = geometry(xd, xd[1], k, stride, [1, 1], pad);
             // Values on a coarse grid, so that windows hold ties.
             let mut x: Vec<f32> =
