@@ -247,14 +247,12 @@ impl Padded {
         Some((iy, g.w.min(self.pw.saturating_sub(g.pad[1]))))
     }
 
-    /// `padded` = `channel [h, w]` with zeros around it.
+    /// Copies `channel [h, w]` into the input positions of `padded` (zero: the padding
+    /// stays so).
     fn fill<T: Float>(&self, g: &Geometry, channel: &[T], padded: &mut [T]) {
         for (py, line) in padded.chunks_exact_mut(self.pw).enumerate() {
-            line.fill(T::ZERO);
             if let Some((iy, cols)) = self.inside(g, py) {
-                // Element copies: a few values a line, where a memcpy call costs more.
-                let src = &channel[iy * g.w..iy * g.w + cols];
-                line[g.pad[1]..g.pad[1] + cols].iter_mut().zip(src).for_each(|(d, &v)| *d = v);
+                line[g.pad[1]..g.pad[1] + cols].copy_from_slice(&channel[iy * g.w..iy * g.w + cols]);
             }
         }
     }
@@ -263,8 +261,7 @@ impl Padded {
     fn store<T: Float>(&self, g: &Geometry, padded: &[T], channel: &mut [T]) {
         for (py, line) in padded.chunks_exact(self.pw).enumerate() {
             if let Some((iy, cols)) = self.inside(g, py) {
-                let src = &line[g.pad[1]..g.pad[1] + cols];
-                channel[iy * g.w..iy * g.w + cols].iter_mut().zip(src).for_each(|(d, &v)| *d = v);
+                channel[iy * g.w..iy * g.w + cols].copy_from_slice(&line[g.pad[1]..g.pad[1] + cols]);
             }
         }
     }
