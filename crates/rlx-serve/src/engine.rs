@@ -37,8 +37,9 @@ pub struct Job {
 
 /// What a request asks of the model.
 pub enum Task {
-    /// Up to `max_tokens` tokens after `prompt`.
-    Generate { prompt: Vec<TokenId>, max_tokens: usize, sampler: SamplerConfig, stops: Vec<String> },
+    /// Up to `max_tokens` tokens after `prompt`; `stream`: text events as tokens come,
+    /// else one with the whole text at the end.
+    Generate { prompt: Vec<TokenId>, max_tokens: usize, sampler: SamplerConfig, stops: Vec<String>, stream: bool },
     /// One embedding per input: the mean over its tokens of the last hidden state (after
     /// the final norm, what the output head reads), scaled to unit length, as
     /// llama-server's mean pooling with its default L2 normalization gives.
@@ -102,6 +103,10 @@ enum Work {
         /// Boxed: its buffers would make every `Work` as large as this variant.
         sampler: Box<Sampler>,
         out: TextOut,
+        /// The text so far of a request that does not stream: its handler wakes once,
+        /// not once a token on the tokio worker that shares the cores with the model's
+        /// (8 clients: one wake-up a row every step).
+        held: Option<String>,
         first_token: Option<Duration>,
         decode_start: Option<Instant>,
     },
@@ -118,7 +123,7 @@ enum Work {
 impl Running {
     fn new(job: Job, slot: usize) -> Result<Running, String> {
         let work = match job.task {
-            Task::Generate { prompt, max_tokens, sampler, stops } => Work::Generate {
+            Task::Generate { prompt, max_tokens, sampler, stops, stream } => Work::Generate {
                 prompt_tokens: prompt.len(),
                 max_tokens,
                 pending: None,
@@ -126,6 +131,7 @@ impl Running {
                 generated: 0,
                 sampler: Box::new(Sampler::new(sampler).map_err(|e| e.to_string())?),
                 out: TextOut::new(&stops).map_err(|e| e.to_string())?,
+                held: (!stream).then(String::new),
                 first_token: None,
                 decode_start: None,
             },
@@ -230,6 +236,7 @@ impl Running {
             generated,
             sampler,
             out,
+            held,
             first_token,
             decode_start,
         } = &mut self.work
@@ -264,6 +271,12 @@ impl Running {
             out.finish_reason().unwrap_or(reason)
         });
         *pending = finish.is_none().then_some(token);
+        if let Some(held) = held {
+            held.extend(texts.drain(..));
+            if finish.is_some() {
+                texts.push(std::mem::take(held));
+            }
+        }
         for text in texts.into_iter().filter(|t| !t.is_empty()) {
             self.send(Event::Text(text));
         }

@@ -264,7 +264,13 @@ async fn request(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> std::result:
         ));
     }
     let route = if chat { "/v1/chat/completions" } else { "/v1/completions" };
-    let task = Task::Generate { prompt, max_tokens: params.max_tokens, sampler: params.sampler, stops: params.stops };
+    let task = Task::Generate {
+        prompt,
+        max_tokens: params.max_tokens,
+        sampler: params.sampler,
+        stops: params.stops,
+        stream: params.stream,
+    };
     let (id, mut answers) = submit(&app, route, task, received)?;
     let envelope = Envelope {
         endpoint,
