@@ -364,6 +364,10 @@ pub(super) mod x86 {
     /// As `dot_groups` checks; the host has AVX-512 F/BW/VL/DQ, VNNI and F16C.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn groups_avx512<const A: usize>(p: &Packed, g0: usize, acts: &[Q8Row], out: &mut [&mut [f32]]) {
+        // As an array: no bounds check per row, whose branches had left one row's
+        // broadcasts going through general registers (1 thread, 8 rows x 20000 x 576
+        // Q4_1: 163 -> 166 G products/s, AMD EPYC).
+        let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
         let nb = p.k / 32;
         let bb = block_bytes(p.scheme);
         let cols = out[0].len();
@@ -406,6 +410,8 @@ pub(super) mod x86 {
         acts: &[super::Q16Row],
         out: &mut [&mut [f32]],
     ) {
+        // As an array: no bounds check per row (see `groups_avx512`).
+        let acts: &[super::Q16Row; A] = acts[..A].try_into().expect("A activation rows");
         let nb = p.k / 32;
         let bb = block_bytes(p.scheme);
         let cols = out[0].len();
