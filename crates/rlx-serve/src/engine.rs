@@ -166,8 +166,8 @@ impl Running {
 
     /// Runs the next piece of the unfilled prompt (at most [`PREFILL_CHUNK`] tokens).
     fn prefill(&mut self, llama: &mut Llama) {
+        let end = self.prefilled + self.next_piece();
         let Some(prompt) = self.unfilled_prompt() else { return };
-        let end = (self.prefilled + PREFILL_CHUNK).min(prompt.len());
         let piece = prompt[self.prefilled..end].to_vec();
         let whole = end == prompt.len();
         let run = match self.work {
@@ -379,14 +379,14 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
         load.running.store(running.len(), Ordering::Relaxed);
         // Prompt pieces of the requests still prefilling, oldest first, up to
         // PREFILL_CHUNK tokens in all (the first piece always runs).
-        let mut budget = PREFILL_CHUNK;
+        let mut prefilled = 0;
         for r in running.iter_mut() {
             let piece = r.next_piece();
-            if piece == 0 || (piece > budget && budget < PREFILL_CHUNK) {
+            if piece == 0 || (prefilled > 0 && prefilled + piece > PREFILL_CHUNK) {
                 continue;
             }
             r.prefill(&mut llama);
-            budget = budget.saturating_sub(piece);
+            prefilled += piece;
         }
         // One decode step for every request with a token to run, in slot order (the
         // batch's own order: its logits come back without a reordering copy).

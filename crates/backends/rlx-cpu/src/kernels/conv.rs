@@ -157,29 +157,44 @@ fn plane_product<T: Float + Gemm>(
     if pointwise {
         return gemm(input, out);
     }
-    with_scratch::<T, _>(depth * plane, |col| {
-        im2col(g, padded, &[input], col, threads);
+    with_scratch::<T, _>(depth * plane + padded_len(padded, 1, cg), |scratch| {
+        let (col, planes) = scratch.split_at_mut(depth * plane);
+        im2col(g, padded, &[input], planes, col, threads);
         gemm(col, out);
     });
+}
+
+/// The floats [`im2col`] pads `images` images of `cg` channels into (none for outputs
+/// that take no [`Padded`] planes).
+fn padded_len(padded: Option<&Padded>, images: usize, cg: usize) -> usize {
+    padded.map_or(0, |p| images * cg * p.len())
 }
 
 /// The im2col of `images` (each `[cg, h, w]`) side by side: `col [cg * kh * kw, width]`,
 /// `width = images.len() * plane`, image `i`'s columns at `i * plane`. Rows are
 /// independent copies (bit-identical for every thread count), split across threads when
-/// the matrix is large. Narrow outputs pad every (image, channel) first and copy each
-/// row's values from there through the tap offsets: rows stay whole runs of stores.
-fn im2col<T: Float>(g: &Geometry, padded: Option<&Padded>, images: &[&[T]], col: &mut [T], threads: usize) {
+/// the matrix is large. Narrow outputs pad every (image, channel) first, into `planes`
+/// ([`padded_len`] floats of scratch), and copy each row's values from there through the
+/// tap offsets: rows stay whole runs of stores.
+fn im2col<T: Float>(
+    g: &Geometry,
+    padded: Option<&Padded>,
+    images: &[&[T]],
+    planes: &mut [T],
+    col: &mut [T],
+    threads: usize,
+) {
     let (hw, plane, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
     let cg = images.first().map_or(0, |i| i.len() / hw.max(1));
-    let planes: Vec<T> = padded.map_or_else(Vec::new, |padded| {
-        let mut planes = vec![T::ZERO; images.len() * cg * padded.len()];
+    if let Some(padded) = padded {
+        planes.fill(T::ZERO);
         for (input, dst) in images.iter().zip(planes.chunks_exact_mut(cg * padded.len())) {
             for (channel, dst) in input.chunks_exact(hw).zip(dst.chunks_exact_mut(padded.len())) {
                 padded.fill(g, channel, dst);
             }
         }
-        planes
-    });
+    }
+    let planes = &*planes;
     let fill = |r: usize, row: &mut [T]| match padded {
         Some(padded) => {
             let (ci, tap) = (r / taps, &padded.offsets[r % taps * plane..][..plane]);
@@ -475,10 +490,11 @@ fn gather_grad<T: Float>(
 /// rows are `width` apart) back onto the image's input gradient `dx [cg, h, w]`, zero
 /// before: the transpose of the im2col, rows in order, so each value sums its terms in
 /// the same order on either path. Narrow outputs sum into a zero-padded plane per channel
-/// (from zero, as `dx`) and store its input positions.
+/// (`buf`, at least one plane of scratch; from zero, as `dx`) and store its input
+/// positions.
 fn col2im_add<T: Float>(
     g: &Geometry,
-    padded: Option<&Padded>,
+    (padded, buf): (Option<&Padded>, &mut [T]),
     cg: usize,
     dcol: &[T],
     (offset, width): (usize, usize),
@@ -487,13 +503,13 @@ fn col2im_add<T: Float>(
     let (hw, plane, taps) = (g.h * g.w, g.oh * g.ow, g.kh * g.kw);
     let row = |r: usize| &dcol[r * width + offset..r * width + offset + plane];
     if let Some(padded) = padded {
-        let mut buf = vec![T::ZERO; padded.len()];
+        let buf = &mut buf[..padded.len()];
         for (ci, channel) in dx.chunks_exact_mut(hw).take(cg).enumerate() {
             buf.fill(T::ZERO);
             for (t, tap) in padded.offsets.chunks_exact(plane).enumerate() {
                 row(ci * taps + t).iter().zip(tap).for_each(|(&v, &at)| buf[at as usize] += v);
             }
-            padded.store(g, &buf, channel);
+            padded.store(g, buf, channel);
         }
         return;
     }
@@ -535,15 +551,18 @@ fn grad_input_typed<T: Float + Gemm>(g: &Geometry, groups: usize, grad: &[T], w:
                 let t = if depth * og * width >= MIN_PARALLEL_MACS { threads } else { 1 };
                 T::gemm(depth, og, width, filters, (1, depth), gm, (width, 1), dcol, width, t);
                 let dcol = &*dcol;
-                let scatter = |i: usize, dx: &mut [T]| {
+                // One padded plane of scratch per worker.
+                let buf = || vec![T::ZERO; padded_len(padded.as_ref(), 1, 1)];
+                let scatter = |buf: &mut Vec<T>, (i, dx): (usize, &mut [T])| {
                     let channels = &mut dx[group * cg * g.h * g.w..(group + 1) * cg * g.h * g.w];
-                    col2im_add(g, padded.as_ref(), cg, dcol, (i * plane, width), channels);
+                    col2im_add(g, (padded.as_ref(), buf), cg, dcol, (i * plane, width), channels);
                 };
                 let images = &mut dx[b0 * image..(b0 + nb) * image];
                 if threads > 1 && nb > 1 {
-                    images.par_chunks_mut(image).enumerate().for_each(|(i, d)| scatter(i, d));
+                    images.par_chunks_mut(image).enumerate().for_each_init(buf, scatter);
                 } else {
-                    images.chunks_mut(image).enumerate().for_each(|(i, d)| scatter(i, d));
+                    let mut buf = buf();
+                    images.chunks_mut(image).enumerate().for_each(|item| scatter(&mut buf, item));
                 }
             }
         }
@@ -560,9 +579,11 @@ fn grad_weight_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], grad
     let per = images_per_batch(g, depth);
     let threads = crate::threads::current();
     let padded = Padded::new(g);
-    with_scratch::<T, _>((depth + og) * per * plane + depth * og, |scratch| {
+    let planes_len = padded_len(padded.as_ref(), per, cg);
+    with_scratch::<T, _>((depth + og) * per * plane + depth * og + planes_len, |scratch| {
         let (col, rest) = scratch.split_at_mut(depth * per * plane);
-        let (gm, dwt) = rest.split_at_mut(og * per * plane);
+        let (gm, rest) = rest.split_at_mut(og * per * plane);
+        let (dwt, planes) = rest.split_at_mut(depth * og);
         for group in 0..groups {
             for b0 in (0..g.n).step_by(per) {
                 let nb = per.min(g.n - b0);
@@ -571,7 +592,7 @@ fn grad_weight_typed<T: Float + Gemm>(g: &Geometry, groups: usize, x: &[T], grad
                 let images: Vec<&[T]> = (b0..b0 + nb)
                     .map(|b| &x[(b * g.c + group * cg) * g.h * g.w..(b * g.c + (group + 1) * cg) * g.h * g.w])
                     .collect();
-                im2col(g, padded.as_ref(), &images, col, threads);
+                im2col(g, padded.as_ref(), &images, &mut planes[..padded_len(padded.as_ref(), nb, cg)], col, threads);
                 gather_grad(g, groups, grad, (b0, nb), group, gm);
                 // dw^T [depth, og] += col [depth, width] @ grad^T [width, og], image batches
                 // in order. (As dw = grad @ col^T the GEMM packed the large col read
@@ -849,7 +870,8 @@ mod tests {
             let images: Vec<&[f32]> = x.chunks(cg * g.h * g.w).take(xd[0]).collect();
             let im2col_with = |p: Option<&Padded>| {
                 let mut col = vec![f32::NAN; depth * images.len() * plane];
-                im2col(&g, p, &images, &mut col, 1);
+                let mut planes = vec![f32::NAN; padded_len(p, images.len(), cg)];
+                im2col(&g, p, &images, &mut planes, &mut col, 1);
                 col
             };
             let rows = im2col_with(None);
@@ -861,7 +883,8 @@ mod tests {
             let dcol = values(depth * width, 11 * i as u64 + 2);
             let col2im_with = |p: Option<&Padded>| {
                 let mut dx = vec![0.0f32; cg * g.h * g.w];
-                col2im_add(&g, p, cg, &dcol, ((images.len() - 1) * plane, width), &mut dx);
+                let mut buf = vec![f32::NAN; padded_len(p, 1, 1)];
+                col2im_add(&g, (p, &mut buf), cg, &dcol, ((images.len() - 1) * plane, width), &mut dx);
                 dx
             };
             let rows = col2im_with(None);
