@@ -231,7 +231,7 @@ fn gemm_matches_f64_and_openblas() {
 /// The packed-weight product against an f64 reference at every tail of its 8-row tiles
 /// (4-row tiles on AVX2) and 32-column panels (16-column halves on AVX2), with the weight
 /// read row-major and transposed; each output row is bit for bit the same whatever the
-/// number of rows around it, the thread count or the arm.
+/// number of rows around it (more than one pass of row chunks too), the thread count or the arm.
 #[test]
 fn packed_gemm_matches_f64_at_every_tail() {
     use rlx_cpu::kernels::packed_gemm::{Panels, available, gemm};
@@ -247,7 +247,8 @@ fn packed_gemm_matches_f64_at_every_tail() {
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k.max(1)) * n + i / k.max(1)]).collect();
             let row_major = Panels::pack(&b, (k, n), (n, 1)).unwrap();
             let transposed = Panels::pack(&bt, (k, n), (1, k)).unwrap();
-            for m in [1, 3, 5, 7, 8, 9, 17, 33] {
+            // 300 rows: more than one pass of `gemm`'s row chunks.
+            for m in [1, 3, 5, 7, 8, 9, 17, 33, 300] {
                 let a = data(m * k, 22, -1.0, 1.0);
                 let (want, mag) = gemm_reference(&a, &b, (m, k, n));
                 let mut first_arm: Option<Vec<f32>> = None;
@@ -270,6 +271,8 @@ fn packed_gemm_matches_f64_at_every_tail() {
                     let mut one = vec![f32::NAN; n];
                     gemm(arm, 1, &a, (k, 1), &row_major, &mut one, n, 1);
                     assert_eq!(bits(&one), bits(&c[..n]), "{what}: row 0 alone");
+                    gemm(arm, 1, &a[(m - 1) * k..], (k, 1), &row_major, &mut one, n, 1);
+                    assert_eq!(bits(&one), bits(&c[(m - 1) * n..]), "{what}: the last row alone");
                     let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
                     let mut cs = vec![f32::NAN; m * n];
                     gemm(arm, m, &at, (1, m), &row_major, &mut cs, n, 1);
@@ -280,6 +283,59 @@ fn packed_gemm_matches_f64_at_every_tail() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A compiled product against an f32 param weight gives each row the bits it has alone,
+/// whatever the batch around it: 1, 17 and 300 rows (past one pass of the packed
+/// product's row chunks), the weight plain and transposed, on 1 and 2 threads.
+#[test]
+fn param_products_give_a_row_the_same_bits_in_every_batch() {
+    use rlx_compile::CompileOptions;
+    use rlx_cpu::CpuProgram;
+    use rlx_ir::{DType, Graph, HostTensor};
+    if !rlx_cpu::kernels::packed_gemm::available(Arm::best()) {
+        eprintln!("products read the weight packed only with AVX2 or AVX-512: not tested on this CPU");
+        return;
+    }
+    // k past the `gemm` crate's depth blocks (which sum a product in pieces).
+    let (k, n) = (1100, 45);
+    let w = data(k * n, 51, -1.0, 1.0);
+    let x = data(300 * k, 52, -1.0, 1.0);
+    // x @ w for the rows of `x` given, one program each.
+    let product = |x: &[f32], transposed: bool, threads: usize| -> Vec<f32> {
+        let rows = x.len() / k;
+        let mut g = Graph::new("param product");
+        let xi = g.input("x", DType::F32, &[rows, k]).unwrap();
+        let wi = if transposed {
+            let wt = g.param("w", DType::F32, &[n, k]).unwrap();
+            g.transpose(wt, &[1, 0]).unwrap()
+        } else {
+            g.param("w", DType::F32, &[k, n]).unwrap()
+        };
+        let y = g.matmul(xi, wi).unwrap();
+        g.set_outputs(&[y]).unwrap();
+        let mut program = CpuProgram::compile(&g, &CompileOptions::default(), threads).unwrap();
+        let (dims, stored) = if transposed {
+            ([n, k], (0..n * k).map(|i| w[(i % k) * n + i / k]).collect())
+        } else {
+            ([k, n], w.clone())
+        };
+        program.set_param(0, &HostTensor::from_f32(&dims, &stored).unwrap()).unwrap();
+        let input = HostTensor::from_f32(&[rows, k], x).unwrap();
+        program.run(&[input.view()]).unwrap().remove(0).to_f32_vec()
+    };
+    for transposed in [false, true] {
+        let what = format!("x @ w (w transposed: {transposed})");
+        let all = product(&x, transposed, 2);
+        let (want, mag) = gemm_reference(&x, &w, (300, k, n));
+        assert_close(&what, &all, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
+        assert_eq!(bits(&product(&x, transposed, 1)), bits(&all), "{what}: 1 thread");
+        assert_eq!(bits(&product(&x[..17 * k], transposed, 2)), bits(&all[..17 * n]), "{what}: 17 rows");
+        for row in [0, 299] {
+            let alone = product(&x[row * k..(row + 1) * k], transposed, 1);
+            assert_eq!(bits(&alone), bits(&all[row * n..(row + 1) * n]), "{what}: row {row} alone");
         }
     }
 }

@@ -92,11 +92,10 @@ impl MatMulPlan {
 
     /// How a param `b` operand would be packed for `packed_gemm` (`[k, n]` and its
     /// strides), when this product can take that path: f32, one `b` for every batch
-    /// entry, at most `packed_gemm::MAX_ROWS` rows in all, on a CPU with the kernel.
+    /// entry, on a CPU with the kernel.
     pub fn packable(&self) -> Option<((usize, usize), (usize, usize))> {
         let shared_b = self.batches.iter().all(|&(_, ob)| ob == 0);
-        let rows = self.m.saturating_mul(self.batches.len());
-        (self.half.is_none() && shared_b && rows <= packed_gemm::MAX_ROWS && packed_gemm::available(Arm::best()))
+        (self.half.is_none() && shared_b && packed_gemm::available(Arm::best()))
             .then_some(((self.k, self.n), self.b_strides))
     }
 

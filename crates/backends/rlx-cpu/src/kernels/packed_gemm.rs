@@ -6,6 +6,10 @@
 //! against a large weight) spent as long packing the weight as multiplying: the MLP
 //! 768-3072-768 at batch 32 ran at 63 GFLOP/s through the `gemm` crate and 1024^3 at 100
 //! (AMD EPYC, one thread). onnxruntime packs its weights at session start the same way.
+//! Products of more rows take this path too (they had used the `gemm` crate up to
+//! 2026-12-04): as fast or faster at every size measured, and a row's bits no longer
+//! depend on how many rows share its product. The character transformer's training step
+//! (1024-row products against 128-wide weights) went 34.5-36.0 -> 26.7-27.2 ms.
 //!
 //! Layout: `Panels` holds the weight in column panels of `NR` (two AVX-512 vectors),
 //! each panel its `k` rows one after another (`NR` floats a row, zeros past `n`). A tile
@@ -29,12 +33,6 @@ const MR: usize = 8;
 /// broadcast: 15 of the 16 vector registers). `a` is packed in blocks of this height
 /// there: blocks of 8 split 6 + 2 ran the 2-row tiles at half rate (latency-bound).
 const AVX2_MR: usize = 6;
-/// Most rows (all batches together) a product may have to take this path. One thread,
-/// AMD EPYC, against the `gemm` crate packing per call: 128 x 768 x 3072 104 vs 96
-/// GFLOP/s, 256 rows 110 vs 103, 512 rows 105 vs 105, 1024^3 107 vs 108: from ~512 rows
-/// on the crate's own blocking is as fast, and it needs no second copy of the weight.
-pub const MAX_ROWS: usize = 256;
-
 /// A `[k, n]` f32 weight in column panels of [`NR`], 64-byte aligned.
 pub struct Panels {
     k: usize,
@@ -125,45 +123,90 @@ pub fn gemm(
     // The tiles also read `a` through raw pointers, in place.
     assert!(a.len() > (m - 1) * sa.0 + (k - 1) * sa.1, "packed gemm: a too small for {m} x {k}");
     let mr = if arm == Arm::Avx512 { MR } else { AVX2_MR };
-    let blocks = m.div_ceil(mr);
     // Rows of `a` with contiguous elements are read where they lie; others are packed
     // first, in blocks of mr rows, each block k steps of mr floats. Packing ran on the
     // calling thread before the split: the MLP 768-3072-768 at batch 32, 2 threads, went
     // 173-196 -> 205-210 GFLOP/s reading its rows in place (1 thread 93-104 -> 102-105;
     // AMD EPYC). Same values, same FMA chains: the same bits.
     let in_place = sa.1 == 1;
-    crate::threads::with_scratch::<f32, _>(if in_place { 0 } else { blocks * k * mr }, |packed_a| {
-        for (r, block) in packed_a.chunks_exact_mut(k * mr).enumerate() {
-            for i in 0..mr.min(m - r * mr) {
-                let row = &a[(r * mr + i) * sa.0..];
-                for p in 0..k {
-                    block[p * mr + i] = row[p * sa.1];
-                }
+    // Whole blocks, at least one.
+    let pass = (PASS_BYTES / 4 / k / mr).max(1) * mr;
+    crate::threads::with_scratch::<f32, _>(if in_place { 0 } else { pass.min(m).div_ceil(mr) * k * mr }, |packed_a| {
+        for first in (0..m).step_by(pass) {
+            let rows = pass.min(m - first);
+            let a = &a[first * sa.0..];
+            if !in_place {
+                pack_rows(rows, k, a, sa, mr, packed_a);
             }
-        }
-        let packed_a = &*packed_a;
-        // Block r's first element and its (row, step) strides.
-        let block =
-            |r: usize| if in_place { (&a[r * mr * sa.0..], (sa.0, 1)) } else { (&packed_a[r * k * mr..], (1, mr)) };
-        let columns = n.div_ceil(NR);
-        let out = Out(c.as_mut_ptr());
-        let run = |j: usize| {
-            let width = NR.min(n - j * NR);
-            let panel = &panels.floats()[j * k * NR..(j + 1) * k * NR];
-            for r in 0..blocks {
-                let rows = mr.min(m - r * mr);
-                // SAFETY: rows r*mr.. of c, columns j*NR.. (width of them), lie inside `c`
-                // (m rows of c_row >= n); panel j's columns are written by this call only;
-                // the block's `rows` rows of k steps lie in `a` or `packed_a`.
-                unsafe { tile(arm, rows, k, block(r), panel, out.at(r * mr * c_row + j * NR), c_row, width) }
-            }
-        };
-        if threads > 1 && columns > 1 {
-            (0..columns).into_par_iter().with_min_len(columns.div_ceil(threads)).for_each(run);
-        } else {
-            (0..columns).for_each(run);
+            let packed_a = &*packed_a;
+            // Block r's first element and its (row, step) strides.
+            let block =
+                |r: usize| if in_place { (&a[r * mr * sa.0..], (sa.0, 1)) } else { (&packed_a[r * k * mr..], (1, mr)) };
+            let c = Out(c[first * c_row..].as_mut_ptr());
+            panels_times_rows(arm, rows, (mr, block), panels, (c, c_row), threads);
         }
     })
+}
+
+/// Bytes of `a` per pass over the panels: a pass's rows stay in L2 while every panel
+/// streams past them, whatever `m` (256 rows at k = 1024, 2048 at k = 128). The pass
+/// length changes no FMA chain. One pass of all rows against passes of 256, 4096 x 2048 x
+/// 1024: 104-107 -> 110-112 GFLOP/s on 1 thread, 209 -> 219-222 on 2 (AMD EPYC).
+const PASS_BYTES: usize = 1 << 20;
+
+/// Packs `rows` rows of `a` (element strides `sa`) into blocks of `mr` rows, each block k
+/// steps of mr floats.
+fn pack_rows(rows: usize, k: usize, a: &[f32], sa: (usize, usize), mr: usize, packed_a: &mut [f32]) {
+    for (r, block) in packed_a.chunks_exact_mut(k * mr).take(rows.div_ceil(mr)).enumerate() {
+        for i in 0..mr.min(rows - r * mr) {
+            let row = &a[(r * mr + i) * sa.0..];
+            for p in 0..k {
+                block[p * mr + i] = row[p * sa.1];
+            }
+        }
+    }
+}
+
+/// `c = a @ panels` for `rows` rows of `a`, given as blocks of `mr` (`block(r)`: block r's
+/// first element and its (row, step) strides), on up to `threads` workers.
+fn panels_times_rows<'a>(
+    arm: Arm,
+    rows: usize,
+    (mr, block): (usize, impl Fn(usize) -> (&'a [f32], (usize, usize)) + Sync),
+    panels: &Panels,
+    (out, c_row): (Out, usize),
+    threads: usize,
+) {
+    let (k, n) = (panels.k, panels.n);
+    let (columns, blocks) = (n.div_ceil(NR), rows.div_ceil(mr));
+    // Panels js times row blocks rs, each panel past all of the blocks.
+    let run = |js: std::ops::Range<usize>, rs: std::ops::Range<usize>| {
+        for j in js {
+            let width = NR.min(n - j * NR);
+            let panel = &panels.floats()[j * k * NR..(j + 1) * k * NR];
+            for r in rs.clone() {
+                let height = mr.min(rows - r * mr);
+                // SAFETY: rows r*mr.. of c, columns j*NR.. (width of them), lie inside `c`
+                // (the caller checked m rows of c_row >= n); each (panel, block) tile is
+                // written by one worker only; the block's rows of k steps lie in `a` or the
+                // packed rows.
+                unsafe { tile(arm, height, k, block(r), panel, out.at(r * mr * c_row + j * NR), c_row, width) }
+            }
+        }
+    };
+    // Each worker takes whole panels (and reads every row of `a`) when the weight is the
+    // larger operand of the pass, else whole row blocks (and reads every panel): what a
+    // worker reads is then at most half of the larger one. 1024 x 512 x 128 on 2 threads,
+    // by panels 158-163 GFLOP/s (median), the `gemm` crate 181-186.
+    if threads <= 1 {
+        run(0..columns, 0..blocks);
+    } else if n >= rows && columns > 1 {
+        let per = columns.div_ceil(threads);
+        (0..columns.div_ceil(per)).into_par_iter().for_each(|t| run(t * per..columns.min((t + 1) * per), 0..blocks));
+    } else {
+        let per = blocks.div_ceil(threads);
+        (0..blocks.div_ceil(per)).into_par_iter().for_each(|t| run(0..columns, t * per..blocks.min((t + 1) * per)));
+    }
 }
 
 /// A tile's rows of `a`: the first element, and the (row, step) strides of the others.
