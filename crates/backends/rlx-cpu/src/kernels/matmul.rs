@@ -79,6 +79,12 @@ impl MatMulPlan {
                 index[axis] = 0;
             }
         }
+        // One `b` for every batch entry against `a` matrices one after another, rows
+        // contiguous: a single product of all their rows (as the output's rows lie), so
+        // the weight is packed once and the workers split one large product. The char
+        // transformer's bf16 training step packed each weight 16 times a product.
+        let stacked = !ta && batches.iter().enumerate().all(|(i, &(oa, ob))| ob == 0 && oa == i * m * k);
+        let (m, batches) = if stacked && batches.len() > 1 { (m * batches.len(), vec![(0, 0)]) } else { (m, batches) };
         let a_strides = if ta { (1, m) } else { (k, 1) };
         let b_strides = if tb { (1, k) } else { (n, 1) };
         MatMulPlan { m, k, n, batches, a_strides, b_strides, threads, half: None, packed: Vec::new() }
