@@ -167,6 +167,20 @@ pub(super) fn structural_cases() -> Vec<Case> {
         case("matmul_batched_bcast", vec![float(&[2, 2, 3], -1.0, 1.0), float(&[3, 2], -1.0, 1.0)], |g, x| {
             g.matmul(x[0], x[1])
         }),
+        // A weight with unit batch axes, and one shared by two batch axes of `a`: its
+        // gradient is one product over every row of `a`.
+        case("matmul_bcast_unit_batch", vec![float(&[2, 2, 3], -1.0, 1.0), float(&[1, 3, 2], -1.0, 1.0)], |g, x| {
+            g.matmul(x[0], x[1])
+        }),
+        case(
+            "matmul_bcast_two_batch_axes",
+            vec![float(&[2, 3, 2, 3], -1.0, 1.0), float(&[3, 4], -1.0, 1.0)],
+            |g, x| g.matmul(x[0], x[1]),
+        ),
+        // `a` batched along an axis the weight keeps: summed per weight batch entry.
+        case("matmul_bcast_partial", vec![float(&[2, 3, 2, 3], -1.0, 1.0), float(&[1, 3, 3, 2], -1.0, 1.0)], |g, x| {
+            g.matmul(x[0], x[1])
+        }),
         case("matmul_square", vec![float(&[3, 3], -1.0, 1.0)], |g, x| g.matmul(x[0], x[0])),
         case("softmax", vec![float(&[2, 4], -2.0, 2.0)], |g, x| g.softmax(x[0], 1)),
         case("softmax_axis0", vec![float(&[3, 2], -2.0, 2.0)], |g, x| g.softmax(x[0], 0)),
