@@ -575,7 +575,7 @@ fn execute_one(t: &Thunk, bases: &[BufPtr]) -> Result<()> {
     // appended in place, holds half values already).
     for (k, &dtype) in t.out_dtypes.iter().enumerate() {
         if dtype.is_half() && t.outs[k].class == Class::F32 {
-            elementwise::round_in_place(dtype, out.get::<f32>(k)?);
+            elementwise::round_in_place_par(dtype, out.get::<f32>(k)?);
         }
     }
     Ok(())

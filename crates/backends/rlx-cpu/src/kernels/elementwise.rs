@@ -389,12 +389,19 @@ pub fn cast(from: DType, to: DType, ins: &Args, out: &mut Out) -> Result<()> {
         // training step).
         let o: &mut [f32] = out_mut(out)?;
         match src {
-            Class::F32 => o.copy_from_slice(ins.get::<f32>(0)?),
+            Class::F32 => {
+                let x: &[f32] = ins.get(0)?;
+                crate::threads::par_chunks(o, |start, o| {
+                    o.copy_from_slice(&x[start..start + o.len()]);
+                    round_in_place(to, o);
+                });
+                return Ok(());
+            }
             Class::F16 => super::half_gemm::widen_f16(ins.get::<half::f16>(0)?, o),
             Class::BF16 => super::half_gemm::widen_bf16(ins.get::<half::bf16>(0)?, o),
             other => return Err(rlx_ir::Error::internal(format!("cast from {from} stored as {other:?}"))),
         }
-        round_in_place(to, o);
+        round_in_place_par(to, o);
         return Ok(());
     }
     if src.is_packed_half() {
@@ -432,6 +439,14 @@ pub fn round_in_place(dtype: DType, values: &mut [f32]) {
         DType::BF16 => round_bf16_slice(Arm::best(), values),
         DType::F16 => round_f16_in_place(values),
         _ => {}
+    }
+}
+
+/// [`round_in_place`] split across the current pool's workers: a whole kernel's output
+/// (a bf16 training step rounds MiBs of them; one thread did all of it).
+pub fn round_in_place_par(dtype: DType, values: &mut [f32]) {
+    if dtype.is_half() {
+        crate::threads::par_chunks(values, |_, chunk| round_in_place(dtype, chunk));
     }
 }
 
