@@ -135,7 +135,7 @@ fn evaluate_upto<'r>(
         // elements [start, start + n) of an input slot.
         let reg = |i: usize| unsafe { std::slice::from_raw_parts(at[i], n) };
         match op {
-            RegionOp::Load(k) if !ins.direct[*k].is_null() && *dtype == DType::F32 => {
+            RegionOp::Load(k) if !ins.direct[*k].is_null() => {
                 // SAFETY: a slot of plan.len f32 values (Inputs::new); start + n <= plan.len.
                 at[r] = unsafe { ins.direct[*k].add(start) };
                 continue;
@@ -172,7 +172,7 @@ fn reg_slice<'r>(p: *const f32, n: usize) -> &'r [f32] {
 }
 
 /// A step's region inputs, with the address of each one a load reads where it lies: an
-/// f32 input of the region's own shape (no broadcast, no rounding). Resolved once per
+/// f32 (or widened half) input of the region's own shape (no broadcast, no rounding). Resolved once per
 /// kernel call, not per block (the per-block lookups were ~3% of param -> exp -> sum).
 struct Inputs<'a> {
     args: &'a Args<'a>,
@@ -194,7 +194,9 @@ impl<'a> Inputs<'a> {
         }
         let mut direct = [std::ptr::null(); MAX_REGISTERS];
         for (op, dtype) in &plan.region.ops {
-            if let (RegionOp::Load(k), DType::F32) = (op, dtype) {
+            // A widened f16 / bf16 input holds values of its format already (every
+            // writer rounds them): read in place too, with no copy and no rounding pass.
+            if let (RegionOp::Load(k), DType::F32 | DType::F16 | DType::BF16) = (op, dtype) {
                 let slot = args.slot(*k)?;
                 if slot.class == Class::F32 && slot.len == plan.len {
                     direct[*k] = args.ptr::<f32>(*k)?;
