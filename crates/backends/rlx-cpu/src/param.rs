@@ -13,6 +13,7 @@
 
 use crate::arena::{Arena, BufPtr, read_host, write_host};
 use crate::buffer::Class;
+use crate::kernels::half_gemm::{Operand, Tiles};
 use crate::kernels::packed_gemm::Panels;
 use crate::kernels::q8_packed::Packed;
 use rlx_ir::quant::QuantScheme;
@@ -46,6 +47,8 @@ struct Inner {
     /// The quantized weight repacked for `q8_packed` (per scheme and shape read as);
     /// dropped whenever the bytes change.
     q8_packed: Mutex<Vec<Arc<Packed>>>,
+    /// The bf16 weight packed for the half GEMM's tiled arms, as `packed`.
+    tiles: Mutex<Vec<(PackKey, Arc<Tiles>)>>,
     /// Drops the resident pages of borrowed, file-mapped bytes once a repacked copy
     /// serves every reader (see [`ParamBuffer::with_page_release`]).
     page_release: Option<PageRelease>,
@@ -94,6 +97,7 @@ impl ParamBuffer {
             lock: Mutex::new(()),
             packed: Mutex::default(),
             q8_packed: Mutex::default(),
+            tiles: Mutex::default(),
             page_release: None,
         })))
     }
@@ -145,6 +149,7 @@ impl ParamBuffer {
             lock: Mutex::new(()),
             packed: Mutex::default(),
             q8_packed: Mutex::default(),
+            tiles: Mutex::default(),
             page_release: None,
         })))
     }
@@ -260,6 +265,39 @@ impl ParamBuffer {
     pub(crate) fn forget_packed(&self) {
         self.0.packed.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.0.q8_packed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.0.tiles.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// The bf16 weight (`[k, n]` with element strides `strides`) as the half GEMM's tiled
+    /// arms read it, packed on the first call after the bytes last changed. The caller
+    /// holds the buffer's lock (or it is borrowed, never written).
+    pub(crate) fn bf16_tiles(&self, dims: (usize, usize), strides: (usize, usize)) -> Result<Arc<Tiles>> {
+        let mut tiles = self.0.tiles.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = tiles.iter().find(|(key, _)| *key == (dims, strides)) {
+            return Ok(t.clone());
+        }
+        let n = self.0.bytes / self.0.class.size_bytes().max(1);
+        let (k, cols) = dims;
+        if self.0.dtype != DType::BF16 || (k > 0 && cols > 0 && (k - 1) * strides.0 + (cols - 1) * strides.1 >= n) {
+            return Err(Error::internal(format!(
+                "packing a {} buffer as a [{k}, {cols}] bf16 weight",
+                fmt_type(self.0.dtype, &self.0.dims)
+            )));
+        }
+        // SAFETY: `bytes` bytes of the class's elements from the 64-byte-aligned start,
+        // not written while the caller holds the lock.
+        let operand = unsafe {
+            match self.0.class {
+                Class::BF16 => Operand::BF16(std::slice::from_raw_parts(self.0.start.0.cast::<half::bf16>(), n)),
+                Class::F32 => Operand::Wide(std::slice::from_raw_parts(self.0.start.0.cast::<f32>(), n)),
+                other => return Err(Error::internal(format!("packing a {other:?} buffer as bf16 tiles"))),
+            }
+        };
+        let packed = Arc::new(
+            Tiles::pack(operand, dims, strides).ok_or_else(|| Error::internal("bf16 tiles from an f16 operand"))?,
+        );
+        tiles.push(((dims, strides), packed.clone()));
+        Ok(packed)
     }
 
     /// The weight (`n` rows of `k` values in `scheme`) as `q8_packed` reads it, repacked

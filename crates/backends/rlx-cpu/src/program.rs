@@ -435,7 +435,8 @@ impl CpuProgram {
     }
 }
 
-/// Points every product that reads a param weight through `packed_gemm` or `q8_packed`
+/// Points every product that reads a param weight through `packed_gemm`, `q8_packed` or
+/// the half GEMM's tiled arms
 /// (and the 16-bit GEMM reading the latter) at the weight's current packing (made on
 /// first use after the bytes last changed, shared by every program holding the buffer). A param this program writes in place (a cache)
 /// is read where it lies: it changes during the run. Called with the params' locks held.
@@ -461,6 +462,14 @@ fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], w
             Kernel::SwiGluMatMul(p) => (p, &[1, 2]),
             _ => continue,
         };
+        if let Some((dims, strides)) = plan.tiles_packable() {
+            for &b in weights {
+                if let Some(buffer) = buffer_of(&t.ins[b]) {
+                    plan.set_tiles(b, buffer.bf16_tiles(dims, strides)?);
+                }
+            }
+            continue;
+        }
         let Some((dims, strides)) = plan.packable() else { continue };
         for &b in weights {
             if t.ins[b].class != Class::F32 {

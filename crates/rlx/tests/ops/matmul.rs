@@ -268,6 +268,84 @@ fn packed_param_weights_follow_every_change() {
     }
 }
 
+/// bf16 param weights the CPU reads packed in its tiled arms' layout (made once per
+/// change, where the CPU has a tiled arm: AMX, or AVX512_BF16 on AMD) follow every
+/// change: a new `set_param`, a write through another program sharing the buffer, a
+/// rebinding; plain and transposed, 34 rows (two batch entries of 17, one product). Each
+/// result has the bits of the same product with the weight given as an input (packed
+/// per call), and a weight holding bf16 subnormals takes the convert arm.
+#[test]
+fn packed_bf16_param_weights_follow_every_change() {
+    let (m, k, n) = (17, 40, 70);
+    let mut rng = Rng::new(32);
+    let x = rand_input(&mut rng, DType::BF16, &[2, m, k], -1.0, 1.0);
+    let mut weights: Vec<In> = (0..3).map(|_| rand_input(&mut rng, DType::BF16, &[k, n], -1.0, 1.0)).collect();
+    // A weight of bf16 subnormals (and zeros) against a large x: the products are normal
+    // and must count (the tiled arms would read the weight as zero).
+    let tiny = 2f64.powi(-130);
+    weights[2].values.iter_mut().enumerate().for_each(|(i, v)| *v = tiny * ((i % 5) as f64 - 2.0));
+    let build = |transposed: bool, w_is_param: bool| {
+        let mut g = Graph::new("bf16 tiles");
+        let xi = g.input("x", DType::BF16, &[2, m, k]).unwrap();
+        let dims = if transposed { [n, k] } else { [k, n] };
+        let wi = if w_is_param { g.param("w", DType::BF16, &dims) } else { g.input("w", DType::BF16, &dims) };
+        let wi = wi.unwrap();
+        let w = if transposed { g.transpose(wi, &[1, 0]).unwrap() } else { wi };
+        let y = g.matmul(xi, w).unwrap();
+        g.set_outputs(&[y]).unwrap();
+        Session::new(Device::Cpu).unwrap().compile(&g).unwrap()
+    };
+    let stored = |w: &In, transposed: bool| -> HostTensor {
+        let (dims, values) = if transposed {
+            ([n, k], (0..n * k).map(|i| w.values[(i % k) * n + i / k]).collect())
+        } else {
+            ([k, n], w.values.clone())
+        };
+        HostTensor::from_f64_as(DType::BF16, &dims, &values).unwrap()
+    };
+    let scaled = |w: &In| if w.values.iter().all(|v| v.abs() < 1e-30) { 2f64.powi(100) } else { 1.0 };
+    for transposed in [false, true] {
+        let mut per_call = build(transposed, false);
+        let mut check = |c: &mut CompiledGraph, w: &In, what: &str| {
+            let xs = HostTensor::from_f64_as(
+                DType::BF16,
+                &[2, m, k],
+                &x.values.iter().map(|v| v * scaled(w)).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            let got = c.run_typed(&[("x", &xs)]).unwrap().remove(0);
+            let want = per_call.run_typed(&[("x", &xs), ("w", &stored(w, transposed))]).unwrap().remove(0);
+            let bits = |t: &HostTensor| t.to_f32_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{what} (transposed {transposed}): packed once vs per call");
+            let xin = input(DType::BF16, &[2, m, k], xs.to_f64_vec());
+            let (expected, mags) = reference(&xin, w, &[2, m, n]);
+            assert_close(
+                &got,
+                DType::BF16,
+                &[2, m, n],
+                &expected,
+                |i| bound(DType::BF16, k as f64 + 1.0, mags[i], expected[i]),
+                what,
+            );
+        };
+        let mut a = build(transposed, true);
+        let mut b = build(transposed, true);
+        for (i, w) in weights.iter().enumerate() {
+            a.set_param_typed("w", &stored(w, transposed)).unwrap();
+            check(&mut a, w, &format!("set_param {i}"));
+        }
+        // b shares a's buffer; a write through a is what b reads next.
+        b.bind_param("w", &a.param_buffer("w").unwrap().unwrap()).unwrap();
+        check(&mut b, &weights[2], "shared buffer");
+        a.set_param_typed("w", &stored(&weights[0], transposed)).unwrap();
+        check(&mut b, &weights[0], "shared buffer after a write through the other program");
+        let mut c = build(transposed, true);
+        c.set_param_typed("w", &stored(&weights[1], transposed)).unwrap();
+        b.bind_param("w", &c.param_buffer("w").unwrap().unwrap()).unwrap();
+        check(&mut b, &weights[1], "rebound");
+    }
+}
+
 /// Quantized param weights that the CPU repacks for its 8- and 16-bit activation products
 /// (16 rows side by side, where it has the VNNI kernels) follow every change: a new
 /// `set_param`, a write through another program sharing the buffer, a rebinding. Each

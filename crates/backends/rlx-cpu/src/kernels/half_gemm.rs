@@ -115,15 +115,23 @@ pub fn arm_reason(dtype: DType) -> &'static str {
     }
 }
 
+pub use tiled::Tiles;
+
+/// Whether products of `dtype` with `m` rows take a tiled arm (which reads a weight
+/// packed once as [`Tiles`]).
+pub fn tiled_for(dtype: DType, m: usize) -> bool {
+    arm_for(dtype, m) != "convert"
+}
+
 /// `c = a b` for operands of `dtype` (f16 or bf16) into `c [m, n]` with rows `c_row`
-/// apart, f32 sums.
-pub fn gemm(dtype: DType, p: Product, c: &mut [f32], c_row: usize, threads: usize) {
+/// apart, f32 sums. `tiles`, when given, is `b` packed for the tiled arms already.
+pub fn gemm(dtype: DType, p: Product, tiles: Option<&Tiles>, c: &mut [f32], c_row: usize, threads: usize) {
     let engine = match arm_for(dtype, p.dims.0) {
         "amx" => Some(tiled::Engine::Amx),
         "avx512-bf16" => Some(tiled::Engine::Dpbf16),
         _ => None,
     };
-    if engine.is_some_and(|e| tiled::gemm(e, p, c, c_row, threads)) {
+    if engine.is_some_and(|e| tiled::gemm(e, p, tiles, c, c_row, threads)) {
         return;
     }
     convert_gemm(p, c, c_row, threads)
@@ -406,17 +414,32 @@ mod tiled {
         pack_b_cols(b, cols, k, sb, kp, dst)
     }
 
-    /// Packs both operands (in parallel blocks when `threads > 1`); false on a subnormal.
-    fn pack<A: Bf16Source, B: Bf16Source>(
-        (m, k, n): (usize, usize, usize),
+    /// Runs `block(index, dst)` over `count` blocks of `len` elements of `dst` (in
+    /// parallel when `threads > 1`); whether any block found a subnormal.
+    fn pack_blocks(
+        dst: &mut [bf16],
+        (count, len): (usize, usize),
+        threads: usize,
+        block: impl Fn((usize, &mut [bf16])) -> bool + Sync + Send,
+    ) -> bool {
+        let dst = &mut dst[..count * len];
+        if threads > 1 {
+            dst.par_chunks_mut(len).enumerate().map(block).reduce(|| false, |x, y| x | y)
+        } else {
+            dst.chunks_mut(len).enumerate().map(block).fold(false, |x, y| x | y)
+        }
+    }
+
+    /// Packs `a [m, k]` in 16-row blocks of `kp` into `ap`; whether it holds a subnormal.
+    fn pack_a<A: Bf16Source>(
+        (m, k, kp): (usize, usize, usize),
         (a, sa): (&[A], (usize, usize)),
-        (b, sb): (&[B], (usize, usize)),
-        (kp, ap, bp): (usize, &mut [bf16], &mut [bf16]),
+        ap: &mut [bf16],
         threads: usize,
     ) -> bool {
         #[cfg(target_arch = "x86_64")]
         let avx512 = features().has_avx512();
-        let a_block = |(blk, dst): (usize, &mut [bf16])| {
+        pack_blocks(ap, (m.div_ceil(TR), TR * kp), threads, |(blk, dst)| {
             let rows = blk * TR..m.min((blk + 1) * TR);
             #[cfg(target_arch = "x86_64")]
             if avx512 {
@@ -424,8 +447,20 @@ mod tiled {
                 return unsafe { pack_rows_avx512(a, rows, k, sa, kp, dst) };
             }
             pack_a_rows(a, rows, k, sa, kp, dst)
-        };
-        let b_block = |(blk, dst): (usize, &mut [bf16])| {
+        })
+    }
+
+    /// Packs `b [k, n]` in 16-column blocks of `kp` into `bp`; whether it holds a
+    /// subnormal.
+    fn pack_b<B: Bf16Source>(
+        (k, n, kp): (usize, usize, usize),
+        (b, sb): (&[B], (usize, usize)),
+        bp: &mut [bf16],
+        threads: usize,
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = features().has_avx512();
+        pack_blocks(bp, (n.div_ceil(TR), TR * kp), threads, |(blk, dst)| {
             let cols = blk * TR..n.min((blk + 1) * TR);
             #[cfg(target_arch = "x86_64")]
             if avx512 {
@@ -433,54 +468,105 @@ mod tiled {
                 return unsafe { pack_cols_avx512(b, cols, k, sb, kp, dst) };
             }
             pack_b_cols(b, cols, k, sb, kp, dst)
-        };
-        let block = TR * kp;
-        let (a_blocks, b_blocks) = (m.div_ceil(TR), n.div_ceil(TR));
-        let subnormal = if threads > 1 {
-            ap[..a_blocks * block].par_chunks_mut(block).enumerate().map(a_block).reduce(|| false, |x, y| x | y)
-                | bp[..b_blocks * block].par_chunks_mut(block).enumerate().map(b_block).reduce(|| false, |x, y| x | y)
-        } else {
-            ap[..a_blocks * block].chunks_mut(block).enumerate().map(a_block).fold(false, |x, y| x | y)
-                | bp[..b_blocks * block].chunks_mut(block).enumerate().map(b_block).fold(false, |x, y| x | y)
-        };
-        !subnormal
+        })
+    }
+
+    /// Padded dims of a product: rows and columns to whole output blocks, k to whole
+    /// tile rows.
+    fn padded((m, k, n): (usize, usize, usize)) -> (usize, usize, usize) {
+        (m.next_multiple_of(BLOCK), k.next_multiple_of(TK).max(TK), n.next_multiple_of(BLOCK))
+    }
+
+    /// A `[k, n]` bf16 weight packed once as the tiled arms read `b` (a param's, kept
+    /// until its bytes change, as `packed_gemm` keeps f32 weights): a product of a few
+    /// rows had spent longer packing the weight than multiplying (the MLP 768-3072-768
+    /// at batch 32 in bf16: 72 GFLOP/s, below its f32 rate).
+    pub struct Tiles {
+        k: usize,
+        n: usize,
+        /// Whether the weight holds a subnormal: its products take the convert arm.
+        subnormal: bool,
+        data: Vec<bf16>,
+    }
+
+    impl std::fmt::Debug for Tiles {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Tiles({} x {} bf16)", self.k, self.n)
+        }
+    }
+
+    impl Tiles {
+        /// Packs `b [k, n]` read with element strides `sb`; None for an f16 operand.
+        pub fn pack(b: Operand, (k, n): (usize, usize), sb: (usize, usize)) -> Option<Tiles> {
+            let (_, kp, np) = padded((0, k, n));
+            let mut data = vec![bf16::ZERO; np * kp];
+            let subnormal = match b {
+                Operand::Wide(b) => pack_b((k, n, kp), (b, sb), &mut data, 1),
+                Operand::BF16(b) => pack_b((k, n, kp), (b, sb), &mut data, 1),
+                Operand::F16(_) => return None,
+            };
+            Some(Tiles { k, n, subnormal, data })
+        }
     }
 
     /// False (nothing written) when an operand holds a subnormal, or is f16: the caller
-    /// takes the convert arm.
-    pub fn gemm(engine: Engine, p: Product, c: &mut [f32], c_row: usize, threads: usize) -> bool {
+    /// takes the convert arm. `tiles`, when given, is `b` packed already.
+    pub fn gemm(
+        engine: Engine,
+        p: Product,
+        tiles: Option<&Tiles>,
+        c: &mut [f32],
+        c_row: usize,
+        threads: usize,
+    ) -> bool {
         let Product { dims: (m, k, n), a, sa, b, sb } = p;
         if m == 0 || n == 0 {
             return true;
         }
+        if tiles.is_some_and(|t| t.subnormal || (t.k, t.n) != (k, n)) {
+            return false;
+        }
         let c = &mut c[..(m - 1) * c_row + n];
-        let (mp, kp, np) = (m.next_multiple_of(BLOCK), k.next_multiple_of(TK).max(TK), n.next_multiple_of(BLOCK));
+        let (mp, kp, np) = padded((m, k, n));
+        let b_len = if tiles.is_some() { 0 } else { np * kp };
         // Per-worker scratch, reused across calls; the tiles' padding must read as zero.
         // Without padding the packing writes every element (zeroing 4 MiB per 1024^3 call
         // took 3% of it, on the calling thread).
-        with_scratch::<bf16, _>((mp + np) * kp, |scratch| {
+        with_scratch::<bf16, _>(mp * kp + b_len, |scratch| {
             if (mp, kp, np) != (m, k, n) {
                 scratch.fill(bf16::ZERO);
             }
             let (ap, bp) = scratch.split_at_mut(mp * kp);
-            let bufs = (kp, &mut *ap, &mut *bp);
-            let packed = match (a, b) {
-                (Operand::Wide(a), Operand::Wide(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
-                (Operand::Wide(a), Operand::BF16(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
-                (Operand::BF16(a), Operand::Wide(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
-                (Operand::BF16(a), Operand::BF16(b)) => pack((m, k, n), (a, sa), (b, sb), bufs, threads),
-                _ => false,
+            let subnormal = match a {
+                Operand::Wide(a) => pack_a((m, k, kp), (a, sa), ap, threads),
+                Operand::BF16(a) => pack_a((m, k, kp), (a, sa), ap, threads),
+                Operand::F16(_) => return false,
+            } || match (tiles, b) {
+                (Some(_), _) => false,
+                (None, Operand::Wide(b)) => pack_b((k, n, kp), (b, sb), bp, threads),
+                (None, Operand::BF16(b)) => pack_b((k, n, kp), (b, sb), bp, threads),
+                (None, Operand::F16(_)) => return false,
             };
-            if !packed {
+            if subnormal {
                 return false;
             }
-            let (ap, bp) = (&*ap, &*bp);
-            let row_block = |rb: usize, rows: &mut [f32]| {
+            let (ap, bp) = (&*ap, tiles.map_or(&*bp, |t| &t.data[..]));
+            let (row_blocks, col_blocks) = (mp / BLOCK, np / BLOCK);
+            // A task is a row block times a span of column blocks: whole row blocks when
+            // there are enough for the workers, else each row block's columns split too
+            // (a product of 32 rows had run on one thread).
+            let parts =
+                if threads > 1 && row_blocks < threads { threads.div_ceil(row_blocks).min(col_blocks) } else { 1 };
+            let span = col_blocks.div_ceil(parts);
+            let parts = col_blocks.div_ceil(span);
+            let out = OutPtr(c.as_mut_ptr());
+            let task = |t: usize| {
+                let (rb, first) = (t / parts, (t % parts) * span);
                 let mut tile = [0f32; BLOCK * BLOCK];
                 if engine == Engine::Amx {
                     configure_amx();
                 }
-                for cb in 0..np / BLOCK {
+                for cb in first..col_blocks.min(first + span) {
                     let a0 = &ap[rb * 2 * TR * kp..];
                     let b0 = &bp[cb * 2 * TR * kp..];
                     // SAFETY: a0 holds two 16-row tile columns of kp and b0 two 16-column
@@ -495,21 +581,43 @@ mod tiled {
                     let valid_rows = BLOCK.min(m - rb * BLOCK);
                     let (j0, cols) = (cb * BLOCK, BLOCK.min(n - cb * BLOCK));
                     for (r, t) in tile.chunks_exact(BLOCK).take(valid_rows).enumerate() {
-                        rows[r * c_row + j0..r * c_row + j0 + cols].copy_from_slice(&t[..cols]);
+                        // SAFETY: row rb * BLOCK + r < m and columns j0..j0 + cols <= n of
+                        // `c` (m rows of c_row >= n, checked by the slice above); each
+                        // (row block, column block) is written by one task only.
+                        unsafe {
+                            let at = out.at((rb * BLOCK + r) * c_row + j0);
+                            std::ptr::copy_nonoverlapping(t.as_ptr(), at, cols);
+                        }
                     }
                 }
                 if engine == Engine::Amx {
                     release_amx();
                 }
             };
-            let chunk = BLOCK * c_row;
-            if threads > 1 && mp / BLOCK > 1 {
-                c.par_chunks_mut(chunk).enumerate().for_each(|(rb, rows)| row_block(rb, rows));
+            let tasks = row_blocks * parts;
+            if threads > 1 && tasks > 1 {
+                (0..tasks).into_par_iter().for_each(task);
             } else {
-                c.chunks_mut(chunk).enumerate().for_each(|(rb, rows)| row_block(rb, rows));
+                (0..tasks).for_each(task);
             }
             true
         })
+    }
+
+    /// The output, shared by tasks that write disjoint blocks of it.
+    #[derive(Clone, Copy)]
+    struct OutPtr(*mut f32);
+    // SAFETY: each task writes only its own (row block, column block) tiles.
+    unsafe impl Send for OutPtr {}
+    unsafe impl Sync for OutPtr {}
+
+    impl OutPtr {
+        /// # Safety
+        /// `offset` is inside the output.
+        unsafe fn at(self, offset: usize) -> *mut f32 {
+            // SAFETY: the caller's.
+            unsafe { self.0.add(offset) }
+        }
     }
 
     /// Tile palette 1: tmm0-3 the 2 x 2 accumulator tiles (16 x 16 f32), tmm4-5 the A
@@ -692,7 +800,7 @@ mod tests {
             for (case, (oa, sa, ob, sb)) in cases.into_iter().enumerate() {
                 for threads in [1, 2] {
                     let mut c = vec![f32::NAN; m * n];
-                    gemm(DType::BF16, Product { dims: (m, k, n), a: oa, sa, b: ob, sb }, &mut c, n, threads);
+                    gemm(DType::BF16, Product { dims: (m, k, n), a: oa, sa, b: ob, sb }, None, &mut c, n, threads);
                     for i in 0..m {
                         for j in 0..n {
                             let terms = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64);

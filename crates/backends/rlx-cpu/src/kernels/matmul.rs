@@ -15,7 +15,7 @@
 //! product by output tiles; neither changes any element's accumulation order, so the
 //! result is bit-identical for every thread count.
 
-use super::half_gemm::{self, Operand, Product};
+use super::half_gemm::{self, Operand, Product, Tiles};
 use super::packed_gemm::{self, Panels};
 use super::rows::{LANES as DOT_LANES, fold_lanes};
 use crate::arena::{Args, Out, out_mut};
@@ -43,6 +43,9 @@ pub struct MatMulPlan {
     /// Per `b` operand (its index among the step's inputs), the param weight packed for
     /// `packed_gemm`; set by the program before each run (see [`MatMulPlan::packable`]).
     packed: Vec<(usize, Arc<Panels>)>,
+    /// The same for a bf16 weight and the half GEMM's tiled arms
+    /// ([`MatMulPlan::tiles_packable`]).
+    tiles: Vec<(usize, Arc<Tiles>)>,
 }
 
 /// Multiply-adds below which a product runs on one thread (~64^3: the split's
@@ -87,7 +90,18 @@ impl MatMulPlan {
         let (m, batches) = if stacked && batches.len() > 1 { (m * batches.len(), vec![(0, 0)]) } else { (m, batches) };
         let a_strides = if ta { (1, m) } else { (k, 1) };
         let b_strides = if tb { (1, k) } else { (n, 1) };
-        MatMulPlan { m, k, n, batches, a_strides, b_strides, threads, half: None, packed: Vec::new() }
+        MatMulPlan {
+            m,
+            k,
+            n,
+            batches,
+            a_strides,
+            b_strides,
+            threads,
+            half: None,
+            packed: Vec::new(),
+            tiles: Vec::new(),
+        }
     }
 
     /// The plan for operands of `dtype` (f16/bf16 take the half GEMM).
@@ -105,17 +119,32 @@ impl MatMulPlan {
             .then_some(((self.k, self.n), self.b_strides))
     }
 
+    /// How a param `b` operand would be packed as bf16 [`Tiles`] (`[k, n]` and its
+    /// strides), when this product takes a tiled arm of the half GEMM: bf16, one `b` for
+    /// every batch entry.
+    pub fn tiles_packable(&self) -> Option<((usize, usize), (usize, usize))> {
+        let shared_b = self.batches.iter().all(|&(_, ob)| ob == 0);
+        (self.half == Some(DType::BF16) && shared_b && half_gemm::tiled_for(DType::BF16, self.m))
+            .then_some(((self.k, self.n), self.b_strides))
+    }
+
     /// Reads operand `b` from `panels` from now on (the program calls this before each run
     /// with the param's current packing).
     pub fn set_packed(&mut self, b: usize, panels: Arc<Panels>) {
-        match self.packed.iter_mut().find(|(operand, _)| *operand == b) {
-            Some(entry) => entry.1 = panels,
-            None => self.packed.push((b, panels)),
-        }
+        set_operand(&mut self.packed, b, panels)
+    }
+
+    /// [`MatMulPlan::set_packed`] for bf16 [`Tiles`].
+    pub fn set_tiles(&mut self, b: usize, tiles: Arc<Tiles>) {
+        set_operand(&mut self.tiles, b, tiles)
     }
 
     fn packed_operand(&self, b: usize) -> Option<&Panels> {
         self.packed.iter().find(|(operand, _)| *operand == b).map(|(_, p)| &**p)
+    }
+
+    fn tiles_operand(&self, b: usize) -> Option<&Tiles> {
+        self.tiles.iter().find(|(operand, _)| *operand == b).map(|(_, t)| &**t)
     }
 
     /// (m, k, n) and the number of products.
@@ -157,9 +186,11 @@ pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: 
     let (sa, sb) = (plan.a_strides, plan.b_strides);
     match plan.half {
         Some(dtype) => {
+            let tiles = plan.tiles_operand(b);
             let (a, b) = (operand(ins, a)?, operand(ins, b)?);
             for_each_product(plan, (a.len(), b.len()), out, |oa, ob, c, threads| {
-                half_gemm::gemm(dtype, Product { dims: (m, k, n), a: a.from(oa), sa, b: b.from(ob), sb }, c, n, threads)
+                let p = Product { dims: (m, k, n), a: a.from(oa), sa, b: b.from(ob), sb };
+                half_gemm::gemm(dtype, p, tiles, c, n, threads)
             })
         }
         None => match plan.packed_operand(b) {
@@ -174,6 +205,14 @@ pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: 
             }
             None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),
         },
+    }
+}
+
+/// Sets operand `b`'s entry of a per-operand list.
+fn set_operand<P>(list: &mut Vec<(usize, Arc<P>)>, b: usize, packed: Arc<P>) {
+    match list.iter_mut().find(|(operand, _)| *operand == b) {
+        Some(entry) => entry.1 = packed,
+        None => list.push((b, packed)),
     }
 }
 
