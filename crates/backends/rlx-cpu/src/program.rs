@@ -435,11 +435,11 @@ impl CpuProgram {
     }
 }
 
-/// Points every product that reads a param weight through `packed_gemm`, `q8_packed` or
-/// the half GEMM's tiled arms
-/// (and the 16-bit GEMM reading the latter) at the weight's current packing (made on
-/// first use after the bytes last changed, shared by every program holding the buffer). A param this program writes in place (a cache)
-/// is read where it lies: it changes during the run. Called with the params' locks held.
+/// Points every product that reads a param weight through `packed_gemm`, `q8_packed`
+/// (and the 16-bit GEMM reading the latter) or the half GEMM's tiled arms at the weight's
+/// current packing (made on first use after the bytes last changed, shared by every
+/// program holding the buffer). A param this program writes in place (a cache) is read
+/// where it lies: it changes during the run. Called with the params' locks held.
 fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], written: &[bool]) -> Result<()> {
     let buffer_of = |slot: &TSlot| -> Option<&ParamBuffer> {
         if slot.base == 0 || slot.offset != 0 || written[slot.base - 1] {
