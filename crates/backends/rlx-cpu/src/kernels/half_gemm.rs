@@ -231,6 +231,7 @@ fn widen_f16_f16c(src: &[f16], dst: &mut [f32]) {
 /// `vdpbf16ps`.
 mod tiled {
     use super::*;
+    use crate::kernels::SharedOut;
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum Engine {
@@ -559,7 +560,7 @@ mod tiled {
                 if threads > 1 && row_blocks < threads { threads.div_ceil(row_blocks).min(col_blocks) } else { 1 };
             let span = col_blocks.div_ceil(parts);
             let parts = col_blocks.div_ceil(span);
-            let out = OutPtr(c.as_mut_ptr());
+            let out = SharedOut::new(c);
             let task = |t: usize| {
                 let (rb, first) = (t / parts, (t % parts) * span);
                 let mut tile = [0f32; BLOCK * BLOCK];
@@ -602,22 +603,6 @@ mod tiled {
             }
             true
         })
-    }
-
-    /// The output, shared by tasks that write disjoint blocks of it.
-    #[derive(Clone, Copy)]
-    struct OutPtr(*mut f32);
-    // SAFETY: each task writes only its own (row block, column block) tiles.
-    unsafe impl Send for OutPtr {}
-    unsafe impl Sync for OutPtr {}
-
-    impl OutPtr {
-        /// # Safety
-        /// `offset` is inside the output.
-        unsafe fn at(self, offset: usize) -> *mut f32 {
-            // SAFETY: the caller's.
-            unsafe { self.0.add(offset) }
-        }
     }
 
     /// Tile palette 1: tmm0-3 the 2 x 2 accumulator tiles (16 x 16 f32), tmm4-5 the A

@@ -24,3 +24,25 @@ pub mod rope;
 pub mod rows;
 pub mod scan;
 pub mod softmax;
+
+/// An output written by several workers at once, each in parts no other touches (its
+/// own columns, panels or blocks): the raw pointer they share.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedOut(*mut f32);
+
+// SAFETY: the workers holding it write disjoint elements (each user says which).
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    pub(crate) fn new(out: &mut [f32]) -> SharedOut {
+        SharedOut(out.as_mut_ptr())
+    }
+
+    /// # Safety
+    /// `offset` is inside the output.
+    pub(crate) unsafe fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: the caller's.
+        unsafe { self.0.add(offset) }
+    }
+}

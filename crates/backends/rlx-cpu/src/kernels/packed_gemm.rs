@@ -19,6 +19,7 @@
 //! `p = 0..k` in order, whatever `m`, the row block it falls in, or the thread that
 //! computes its panel: results are bit-identical for every batch size and thread count.
 
+use super::SharedOut;
 use crate::arena::Arena;
 use crate::features::Arm;
 use rayon::prelude::*;
@@ -142,7 +143,7 @@ pub fn gemm(
             // Block r's first element and its (row, step) strides.
             let block =
                 |r: usize| if in_place { (&a[r * mr * sa.0..], (sa.0, 1)) } else { (&packed_a[r * k * mr..], (1, mr)) };
-            let c = Out(c[first * c_row..].as_mut_ptr());
+            let c = SharedOut::new(&mut c[first * c_row..]);
             panels_times_rows(arm, rows, (mr, block), panels, (c, c_row), threads);
         }
     })
@@ -174,7 +175,7 @@ fn panels_times_rows<'a>(
     rows: usize,
     (mr, block): (usize, impl Fn(usize) -> (&'a [f32], (usize, usize)) + Sync),
     panels: &Panels,
-    (out, c_row): (Out, usize),
+    (out, c_row): (SharedOut, usize),
     threads: usize,
 ) {
     let (k, n) = (panels.k, panels.n);
@@ -211,22 +212,6 @@ fn panels_times_rows<'a>(
 
 /// A tile's rows of `a`: the first element, and the (row, step) strides of the others.
 type Rows = (*const f32, (usize, usize));
-
-/// The output pointer, shared by workers that write disjoint panels of it.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: each worker writes only the columns of its own panels.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// # Safety
-    /// `offset` is inside the output.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
-        // SAFETY: the caller's.
-        unsafe { self.0.add(offset) }
-    }
-}
 
 /// One register tile: `rows` rows of `c` (a block of `a`: up to [`MR`] rows on AVX-512,
 /// [`AVX2_MR`] on AVX2, element `(i, p)` at `a[i * ri + p * rp]`) times one panel, by

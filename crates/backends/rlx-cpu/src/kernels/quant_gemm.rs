@@ -275,10 +275,8 @@ pub(super) fn gemm(
             && acts.ds.len() == m * k / g
             && packed.is_none_or(|p| (p.scheme, p.n, p.k) == (scheme, n, k) && q8_packed::available(scheme, arm))
     );
-    struct Out(*mut f32);
-    // SAFETY: each panel writes only its own columns of each row (below).
-    unsafe impl Sync for Out {}
-    let base = &Out(out.as_mut_ptr());
+    // Each panel writes only its own columns of each row (below).
+    let base = super::SharedOut::new(out);
     let run = |p: usize, panel: &mut Panel| {
         let j0 = p * PANEL;
         let cols = PANEL.min(n - j0);
@@ -292,7 +290,7 @@ pub(super) fn gemm(
         }
         // SAFETY: out holds m * n values; this panel writes columns j0..j0 + cols of each
         // row, which no other panel touches; the features were checked by `available`.
-        unsafe { panel_rows(panel, g, acts, base.0.add(j0), n, cols) };
+        unsafe { panel_rows(panel, g, acts, base.at(j0), n, cols) };
     };
     let panels = n.div_ceil(PANEL);
     let threads = crate::threads::current().min(threads);

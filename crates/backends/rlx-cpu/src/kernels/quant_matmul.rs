@@ -172,10 +172,8 @@ fn column_chunks(p: &QuantMatMulPlan) -> (usize, usize) {
 /// columns of output row `i`: every row of a chunk in one call.
 fn par_column_chunks(p: &QuantMatMulPlan, out: &mut [f32], f: impl Fn(usize, &mut [&mut [f32]]) + Sync) {
     let (threads, chunk) = column_chunks(p);
-    struct Out(*mut f32);
-    // SAFETY: each chunk writes only its own columns of each row (below).
-    unsafe impl Sync for Out {}
-    let base = &Out(out.as_mut_ptr());
+    // Each chunk writes only its own columns of each row (below).
+    let base = super::SharedOut::new(out);
     let (m, n) = (p.m, p.n);
     let run = |c: usize| {
         let j0 = c * chunk;
@@ -183,7 +181,7 @@ fn par_column_chunks(p: &QuantMatMulPlan, out: &mut [f32], f: impl Fn(usize, &mu
         // SAFETY: `out` holds m * n elements; columns j0..j0 + len of each row belong to
         // chunk `c` alone, and the calls end before `out`'s borrow does.
         let mut outs: Vec<&mut [f32]> =
-            (0..m).map(|i| unsafe { std::slice::from_raw_parts_mut(base.0.add(i * n + j0), len) }).collect();
+            (0..m).map(|i| unsafe { std::slice::from_raw_parts_mut(base.at(i * n + j0), len) }).collect();
         f(j0, &mut outs);
     };
     let chunks = n.div_ceil(chunk);
