@@ -229,9 +229,9 @@ fn gemm_matches_f64_and_openblas() {
 }
 
 /// The packed-weight product against an f64 reference at every tail of its 8-row tiles
-/// (4-row tiles on AVX2) and 32-column panels (16-column halves on AVX2), with the weight
+/// (6-row tiles on AVX2) and 32-column panels (16-column halves on AVX2), with the weight
 /// read row-major and transposed; each output row is bit for bit the same whatever the
-/// number of rows around it (more than one pass of row chunks too), the thread count or the arm.
+/// number of rows around it (across passes over `a` too), the thread count or the arm.
 #[test]
 fn packed_gemm_matches_f64_at_every_tail() {
     use rlx_cpu::kernels::packed_gemm::{Panels, available, gemm};
@@ -247,7 +247,7 @@ fn packed_gemm_matches_f64_at_every_tail() {
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k.max(1)) * n + i / k.max(1)]).collect();
             let row_major = Panels::pack(&b, (k, n), (n, 1)).unwrap();
             let transposed = Panels::pack(&bt, (k, n), (1, k)).unwrap();
-            // 300 rows: more than one pass of `gemm`'s row chunks.
+            // 300 rows: more than one of `gemm`'s 1 MiB passes over `a` at k = 1000.
             for m in [1, 3, 5, 7, 8, 9, 17, 33, 300] {
                 let a = data(m * k, 22, -1.0, 1.0);
                 let (want, mag) = gemm_reference(&a, &b, (m, k, n));
