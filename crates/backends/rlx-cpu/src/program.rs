@@ -552,7 +552,8 @@ fn execute_all(
         let start = timeline.is_some().then(Instant::now);
         if run.len() > 1 && crate::threads::current() > 1 {
             use rayon::prelude::*;
-            run.par_iter().try_for_each(|t| execute_one(t, bases))?;
+            // Each call of a run on one worker, not split again.
+            run.par_iter().try_for_each(|t| crate::threads::inline(|| execute_one(t, bases)))?;
         } else {
             run.iter().try_for_each(|t| execute_one(t, bases))?;
         }
@@ -590,14 +591,24 @@ fn execute_one(t: &Thunk, bases: &[BufPtr]) -> Result<()> {
     Ok(())
 }
 
-/// Per thunk, the end of the run it starts of consecutive single-query attention calls
-/// (a batched decode step's, one per sequence) that write only arena bytes no other call
-/// of the run reads or writes: each is too small to split across threads (~9 us on
-/// SmolLM2, below `attention`'s parallel threshold), so the run's calls go to different
-/// workers instead. Each call computes what it computes alone: the bits do not change.
+/// Per thunk, the end of the run it starts of consecutive calls that write only arena
+/// bytes no other call of the run reads or writes, each too small to split across threads
+/// well, so the run's calls go to different workers instead, each on one:
+/// - single-query attention (a batched decode step's, one per sequence: ~9 us on SmolLM2,
+///   below `attention`'s parallel threshold);
+/// - quantized products of one activation row (a decode step's Q, K and V projections,
+///   its gate and up: a split of one costs ~3-5 us of hand-off, on 2 threads as much as a
+///   192-row product takes on one).
+///
+/// Each call computes what it computes alone: the bits do not change.
 fn side_by_side(thunks: &[Thunk]) -> Vec<usize> {
     let joins = |t: &Thunk| {
-        matches!(&t.kernel, Kernel::Attention(p) if p.sq == 1) && !t.in_place && t.outs.iter().all(|s| s.base == 0)
+        let small = match &t.kernel {
+            Kernel::Attention(p) => p.sq == 1,
+            Kernel::DequantMatMul(p) => p.m == 1,
+            _ => false,
+        };
+        small && !t.in_place && t.outs.iter().all(|s| s.base == 0)
     };
     let overlap =
         |a: &TSlot, b: &TSlot| a.base == b.base && a.offset < b.offset + b.bytes() && b.offset < a.offset + a.bytes();
@@ -895,5 +906,27 @@ mod tests {
             thunk(attention(1), &[(0, 800, 8), (1, 0, 32), (2, 0, 32)], &[(1, 0, 8)]), // 9: writes a param: alone
         ];
         assert_eq!(side_by_side(&thunks), vec![3, 2, 3, 5, 5, 6, 7, 9, 9, 10]);
+    }
+
+    #[test]
+    fn side_by_side_runs_independent_single_row_quantized_products() {
+        use rlx_ir::{ActivationQuant, quant::QuantScheme};
+        // x [rows, 64] times a Q8_0 weight [n, 68 bytes] (param base 1 or 2).
+        let product = |rows: usize, x: usize, w: usize, out: usize| {
+            let plan =
+                quant_matmul::QuantMatMulPlan::new(&[rows, 64], &[8, 68], QuantScheme::Q8_0, ActivationQuant::Q8, 2);
+            thunk(Kernel::DequantMatMul(plan), &[(0, x, 64 * rows), (w, 0, 544)], &[(0, out, 8 * rows)])
+        };
+        let thunks = vec![
+            product(1, 0, 1, 1000), // 0: Q, K, V of one row: a run of 3
+            product(1, 0, 2, 1100),
+            product(1, 0, 1, 1200),
+            product(1, 1000, 1, 1300), // 3: reads 0's output: a new run, with 4
+            product(1, 0, 2, 1400),
+            product(2, 0, 1, 1500), // 5: two rows: alone
+            product(1, 0, 1, 1600), // 6: with the independent attention call after it
+            thunk(attention(1), &[(0, 2000, 8), (1, 0, 32), (2, 0, 32)], &[(0, 2100, 8)]),
+        ];
+        assert_eq!(side_by_side(&thunks), vec![3, 2, 3, 5, 5, 6, 8, 8]);
     }
 }
