@@ -596,16 +596,16 @@ fn execute_one(t: &Thunk, bases: &[BufPtr]) -> Result<()> {
 /// well, so the run's calls go to different workers instead, each on one:
 /// - single-query attention (a batched decode step's, one per sequence: ~9 us on SmolLM2,
 ///   below `attention`'s parallel threshold);
-/// - quantized products of one activation row (a decode step's Q, K and V projections,
-///   its gate and up: a split of one costs ~3-5 us of hand-off, on 2 threads as much as a
-///   192-row product takes on one).
+/// - quantized products of up to 8 activation rows (a decode step's Q, K and V
+///   projections, its gate and up, for one sequence or a batch of up to 8: a split of one
+///   costs ~3-5 us of hand-off, on 2 threads as much as a 192-row product takes on one).
 ///
 /// Each call computes what it computes alone: the bits do not change.
 fn side_by_side(thunks: &[Thunk]) -> Vec<usize> {
     let joins = |t: &Thunk| {
         let small = match &t.kernel {
             Kernel::Attention(p) => p.sq == 1,
-            Kernel::DequantMatMul(p) => p.m == 1,
+            Kernel::DequantMatMul(p) => p.m <= 8,
             _ => false,
         };
         small && !t.in_place && t.outs.iter().all(|s| s.base == 0)
@@ -909,7 +909,7 @@ mod tests {
     }
 
     #[test]
-    fn side_by_side_runs_independent_single_row_quantized_products() {
+    fn side_by_side_runs_independent_few_row_quantized_products() {
         use rlx_ir::{ActivationQuant, quant::QuantScheme};
         // x [rows, 64] times a Q8_0 weight [n, 68 bytes] (param base 1 or 2).
         let product = |rows: usize, x: usize, w: usize, out: usize| {
@@ -923,7 +923,7 @@ mod tests {
             product(1, 0, 1, 1200),
             product(1, 1000, 1, 1300), // 3: reads 0's output: a new run, with 4
             product(1, 0, 2, 1400),
-            product(2, 0, 1, 1500), // 5: two rows: alone
+            product(9, 0, 1, 1500), // 5: nine rows: alone
             product(1, 0, 1, 1600), // 6: with the independent attention call after it
             thunk(attention(1), &[(0, 2000, 8), (1, 0, 32), (2, 0, 32)], &[(0, 2100, 8)]),
         ];
