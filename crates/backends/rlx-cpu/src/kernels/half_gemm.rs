@@ -309,19 +309,6 @@ mod tiled {
         } else {
             // Column-major (a transposed operand): walk k outside so reads are contiguous.
             for p in 0..k {
-                // The next rows of k lie a stride apart, each in a line of its own: ask for
-                // one 16 rows ahead, or the loads wait on one line at a time (the char transformer's
-                // bf16 training step, 1 thread: 50.3-53.0 -> 46.2-47.6 ms with the AVX-512 build
-                // of these loops; AMD EPYC).
-                #[cfg(target_arch = "x86_64")]
-                if let Some(ahead) = a.get(first * rs + (p + 16) * cs) {
-                    // SAFETY: a prefetch of an element of `a` (a hint; it never faults).
-                    unsafe {
-                        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                            (ahead as *const T).cast::<i8>(),
-                        )
-                    };
-                }
                 for i in rows.clone() {
                     let bits = a[i * rs + p * cs].bits();
                     flag |= subnormal(bits);
@@ -390,9 +377,9 @@ mod tiled {
     }
 
     /// [`pack_a_rows`] and [`pack_b_cols`] compiled for AVX-512, which every CPU with a
-    /// tiled engine has (the baseline build runs their loops as SSE2). Packing took 15% of
-    /// the char transformer's bf16 training step, most of it the transposed loop; this
-    /// build alone measured 1-3% of the step (AMD EPYC).
+    /// tiled engine has (the baseline build runs their loops as SSE2; 1-3% of the char
+    /// transformer's bf16 training step, AMD EPYC), a transposed widened `a` through
+    /// [`pack_transposed_avx512`].
     ///
     /// # Safety
     /// The CPU has AVX-512 (F, BW, VL, DQ).
@@ -406,15 +393,38 @@ mod tiled {
         kp: usize,
         dst: &mut [bf16],
     ) -> bool {
+        if let (Some(wide), (1, cs)) = (T::as_wide(a), sa)
+            && cs != 1
+        {
+            // SAFETY: the caller's; a block has at most 16 rows, and `a` holds its rows of
+            // k steps at these strides.
+            return unsafe { pack_transposed_avx512(wide, rows, (k, cs, kp), dst) };
+        }
         pack_a_rows(a, rows, k, sa, kp, dst)
+    }
+
+    /// # Safety
+    /// As [`pack_rows_avx512`].
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn pack_cols_avx512<T: Bf16Source>(
+        b: &[T],
+        cols: std::ops::Range<usize>,
+        k: usize,
+        sb: (usize, usize),
+        kp: usize,
+        dst: &mut [bf16],
+    ) -> bool {
+        pack_b_cols(b, cols, k, sb, kp, dst)
     }
 
     /// [`pack_a_rows`] for a transposed `a` of widened bf16 (a weight gradient's `x^T`:
     /// row `i`, step `p` at `a[i + p * cs]`), in registers: per 32 steps, each pair of
     /// steps' 16 rows loaded as one vector and merged into (p, p + 1) pairs, then each
     /// row's 16 pairs gathered back from the 16 x 16 block (one 64-byte tile row). The
-    /// scalar loop had moved one value at a time: 7% of the char transformer's bf16
-    /// training step after its prefetch (AMD EPYC). Same values in the same places.
+    /// scalar loop moves one value at a time. Packing `a` in the char transformer's bf16
+    /// training step: 13.8% of it with that loop, 8.6% with a prefetch 16 steps ahead
+    /// added to it, 3.6% with this kernel (AMD EPYC). Same values in the same places.
     ///
     /// # Safety
     /// As [`pack_rows_avx512`]; `rows` holds at most 16 rows, `a` every element read.
@@ -473,21 +483,6 @@ mod tiled {
         flag != 0
     }
 
-    /// # Safety
-    /// As [`pack_rows_avx512`].
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    unsafe fn pack_cols_avx512<T: Bf16Source>(
-        b: &[T],
-        cols: std::ops::Range<usize>,
-        k: usize,
-        sb: (usize, usize),
-        kp: usize,
-        dst: &mut [bf16],
-    ) -> bool {
-        pack_b_cols(b, cols, k, sb, kp, dst)
-    }
-
     /// Runs `block(index, dst)` over `count` blocks of `len` elements of `dst` (in
     /// parallel when `threads > 1`); whether any block found a subnormal.
     fn pack_blocks(
@@ -517,13 +512,6 @@ mod tiled {
             let rows = blk * TR..m.min((blk + 1) * TR);
             #[cfg(target_arch = "x86_64")]
             if avx512 {
-                if let (Some(wide), (1, cs)) = (A::as_wide(a), sa)
-                    && cs != 1
-                {
-                    // SAFETY: features() reported AVX-512; a block has at most 16 rows,
-                    // and `a` holds m rows of k steps at these strides.
-                    return unsafe { pack_transposed_avx512(wide, rows, (k, cs, kp), dst) };
-                }
                 // SAFETY: features() reported AVX-512.
                 return unsafe { pack_rows_avx512(a, rows, k, sa, kp, dst) };
             }
