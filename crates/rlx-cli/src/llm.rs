@@ -503,12 +503,14 @@ pub fn bench_llm(
     let token_bytes = decode_bytes(&Gguf::open(&path)?);
     let mut rows = Vec::new();
     let mut llama_bench_peak_kib = 0;
+    let mut llama_bench_repack_off = false;
     for &t in threads {
         measure_rlx(&path, t, batch, device, &mut rows)?;
         if let Some(bin) = &llama_bench {
-            let (results, peak_kib) = run_llama_bench(bin, &path, t)?;
-            llama_bench_peak_kib = llama_bench_peak_kib.max(peak_kib);
-            for (test, rate) in results {
+            let run = run_llama_bench(bin, &path, t)?;
+            llama_bench_peak_kib = llama_bench_peak_kib.max(run.peak_kib);
+            llama_bench_repack_off |= run.repack_off;
+            for (test, rate) in run.rates {
                 if let Some(row) = rows.iter_mut().find(|row| row.threads == t && row.test == test) {
                     row.anchor = Some(rate);
                 }
@@ -572,7 +574,8 @@ pub fn bench_llm(
             peak_kib as f64 / llama_bench_peak_kib.max(1) as f64
         );
         println!(
-            "          anchor: llama-bench (llama.cpp built for this CPU: its defaults, f16 KV cache), same threads"
+            "          anchor: llama-bench (llama.cpp built for this CPU: its defaults{}, f16 KV cache), same threads",
+            if llama_bench_repack_off { " but --repack 0, as its AMX kernels died of SIGILL" } else { "" }
         );
     } else if let Some((peak, base)) = anchor_rss {
         println!(
@@ -661,39 +664,55 @@ fn llama_bench_path() -> Result<Option<PathBuf>> {
 
 /// llama-bench's pp512 and tg128 tokens/s at `threads`, as (test, rate), and its peak
 /// resident set in KiB (sampled from /proc while it runs).
-fn run_llama_bench(bin: &Path, model: &Path, threads: usize) -> Result<(Vec<(String, f64)>, u64)> {
+fn run_llama_bench(bin: &Path, model: &Path, threads: usize) -> Result<LlamaBenchRun> {
     eprintln!("running llama-bench at {threads} threads...");
-    let mut child = std::process::Command::new(bin)
-        .args(["-m", &model.display().to_string(), "-p", &PP.to_string(), "-n", &TG.to_string()])
-        .args(["-t", &threads.to_string(), "-r", &REPS.to_string(), "-o", "json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| Error::io(format!("{}: {e}", bin.display())))?;
-    let mut stdout = child.stdout.take().ok_or_else(|| Error::internal("llama-bench: no stdout pipe"))?;
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut text).map(|_| text)
-    });
-    let status_file = PathBuf::from(format!("/proc/{}/status", child.id()));
-    let mut peak_kib = 0;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| Error::io(format!("{}: {e}", bin.display())))? {
-            break status;
-        }
-        peak_kib = peak_kib.max(status_kib(&status_file, "VmHWM"));
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let run = |extra: &[&str]| -> Result<(std::process::ExitStatus, String, u64)> {
+        let mut child = std::process::Command::new(bin)
+            .args(["-m", &model.display().to_string(), "-p", &PP.to_string(), "-n", &TG.to_string()])
+            .args(["-t", &threads.to_string(), "-r", &REPS.to_string(), "-o", "json"])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| Error::io(format!("{}: {e}", bin.display())))?;
+        let mut stdout = child.stdout.take().ok_or_else(|| Error::internal("llama-bench: no stdout pipe"))?;
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stdout, &mut text).map(|_| text)
+        });
+        let status_file = PathBuf::from(format!("/proc/{}/status", child.id()));
+        let mut peak_kib = 0;
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(|e| Error::io(format!("{}: {e}", bin.display())))? {
+                break status;
+            }
+            peak_kib = peak_kib.max(status_kib(&status_file, "VmHWM"));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let text = reader
+            .join()
+            .map_err(|_| Error::internal("llama-bench: the output reader panicked"))?
+            .map_err(|e| Error::io(format!("llama-bench output: {e}")))?;
+        Ok((status, text, peak_kib))
     };
-    let text = reader
-        .join()
-        .map_err(|_| Error::internal("llama-bench: the output reader panicked"))?
-        .map_err(|e| Error::io(format!("llama-bench output: {e}")))?;
+    let (mut status, mut text, mut peak_kib) = run(&[])?;
+    // ggml's AMX kernels (used through its weight repacking) raise SIGILL in some VMs that
+    // grant AMX to other programs (an Intel Xeon here, 2026-12-05: `tilezero` in
+    // tinygemm_kernel_amx); its other CPU kernels are what runs there.
+    let sigill = {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal() == Some(4)
+    };
+    if sigill {
+        eprintln!("llama-bench died of SIGILL in its AMX kernels; running it again with --repack 0");
+        (status, text, peak_kib) = run(&["--repack", "0"])?;
+    }
     if !status.success() {
         return Err(Error::runtime(format!("{} failed ({status}) on {}", bin.display(), model.display())));
     }
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error::parse(format!("llama-bench output: {e}")))?;
-    let results = json
+    let rates = json
         .as_array()
         .into_iter()
         .flatten()
@@ -702,7 +721,15 @@ fn run_llama_bench(bin: &Path, model: &Path, threads: usize) -> Result<(Vec<(Str
             Some((if pp > 0 { format!("pp{pp}") } else { format!("tg{tg}") }, rate))
         })
         .collect();
-    Ok((results, peak_kib))
+    Ok(LlamaBenchRun { rates, peak_kib, repack_off: sigill })
+}
+
+/// What one llama-bench run gave: tok/s per test, its peak RSS, and whether its weight
+/// repacking had to be turned off.
+struct LlamaBenchRun {
+    rates: Vec<(String, f64)>,
+    peak_kib: u64,
+    repack_off: bool,
 }
 
 /// Runs tools/bench/llama_cpp_bench.py in the cached llama.cpp virtualenv.

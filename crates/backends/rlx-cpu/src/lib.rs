@@ -37,6 +37,7 @@ pub fn kernel_arms() -> Vec<(&'static str, String)> {
         ("vmath (f32 unary functions)", arm.name().to_string()),
         ("row kernels (softmax, norms, swiglu, bias_gelu)", arm.name().to_string()),
         ("gemm f32/f64", gemm.to_string()),
+        ("gemm f32 against a param weight (packed once)", kernels::packed_gemm::arm_reason()),
         ("gemm bf16 (16+ rows)", kernels::half_gemm::arm_reason(rlx_ir::DType::BF16).to_string()),
         ("gemm f16", kernels::half_gemm::arm_reason(rlx_ir::DType::F16).to_string()),
         ("quantized matmul, 8-bit activation dots", kernels::quant_matmul::q8_arm_name().to_string()),

@@ -228,14 +228,20 @@ fn gemm_matches_f64_and_openblas() {
     }
 }
 
-/// The packed-weight product against an f64 reference at every tail of its 8-row tiles
-/// (6-row tiles on AVX2) and 32-column panels (16-column halves on AVX2), with the weight
-/// read row-major and transposed; each output row is bit for bit the same whatever the
-/// number of rows around it (across passes over `a` too), the thread count or the arm.
+/// The packed-weight product against an f64 reference at every tail of its 8- and 12-row
+/// tiles (6-row tiles on AVX2) and 32-column panels (16-column halves on AVX2), with the
+/// weight read row-major and transposed; each output row is bit for bit the same whatever
+/// the number of rows around it (across passes over `a` too), the thread count, the arm or
+/// the AVX-512 tile shape (AMD's and Intel's, both run on any AVX-512 CPU).
 #[test]
 fn packed_gemm_matches_f64_at_every_tail() {
-    use rlx_cpu::kernels::packed_gemm::{Panels, available, gemm};
-    let arms: Vec<Arm> = Arm::available().into_iter().filter(|&arm| available(arm)).collect();
+    use rlx_cpu::kernels::packed_gemm::{Avx512Tile, Panels, available, gemm_with};
+    let arms: Vec<(Arm, Avx512Tile)> = Arm::available()
+        .into_iter()
+        .filter(|&arm| available(arm))
+        .flat_map(|arm| [(arm, Avx512Tile::AMD), (arm, Avx512Tile::INTEL)])
+        .filter(|&(arm, tile)| arm == Arm::Avx512 || tile == Avx512Tile::AMD)
+        .collect();
     if arms.is_empty() {
         eprintln!("packed_gemm needs AVX2 or AVX-512: not tested on this CPU");
         return;
@@ -248,15 +254,18 @@ fn packed_gemm_matches_f64_at_every_tail() {
             let row_major = Panels::pack(&b, (k, n), (n, 1)).unwrap();
             let transposed = Panels::pack(&bt, (k, n), (1, k)).unwrap();
             // 300 rows: more than one of `gemm`'s 1 MiB passes over `a` at k = 1000.
-            for m in [1, 3, 5, 7, 8, 9, 17, 33, 300] {
+            for m in [1, 3, 5, 7, 8, 9, 12, 13, 17, 33, 300] {
                 let a = data(m * k, 22, -1.0, 1.0);
                 let (want, mag) = gemm_reference(&a, &b, (m, k, n));
                 let mut first_arm: Option<Vec<f32>> = None;
-                for &arm in &arms {
+                for &(arm, tile) in &arms {
+                    let gemm = |m, a: &[f32], sa, panels, c: &mut [f32], c_row, threads| {
+                        gemm_with(arm, tile, m, a, sa, panels, c, c_row, threads)
+                    };
                     // Output rows 3 floats wider than n: writes past a row's n columns show.
                     let mut padded = vec![f32::NAN; m * (n + 3)];
-                    gemm(arm, m, &a, (k, 1), &row_major, &mut padded, n + 3, 1);
-                    let what = format!("packed gemm {m}x{k}x{n} on {}", arm.name());
+                    gemm(m, &a, (k, 1), &row_major, &mut padded, n + 3, 1);
+                    let what = format!("packed gemm {m}x{k}x{n} on {} ({tile:?})", arm.name());
                     assert!(
                         padded.chunks(n + 3).all(|row| row[n..].iter().all(|v| v.is_nan())),
                         "{what}: wrote past n"
@@ -264,21 +273,21 @@ fn packed_gemm_matches_f64_at_every_tail() {
                     let c: Vec<f32> = padded.chunks(n + 3).flat_map(|row| row[..n].to_vec()).collect();
                     assert_close(&what, &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
                     let mut ct = vec![f32::NAN; m * n];
-                    pool.install(|| gemm(arm, m, &a, (k, 1), &transposed, &mut ct, n, 2));
+                    pool.install(|| gemm(m, &a, (k, 1), &transposed, &mut ct, n, 2));
                     assert_eq!(bits(&ct), bits(&c), "{what}: transposed weight on 2 threads");
                     // Row 0 alone gives the bits it had among m rows; so does a strided `a`
                     // (a^T stored [k, m]).
                     let mut one = vec![f32::NAN; n];
-                    gemm(arm, 1, &a, (k, 1), &row_major, &mut one, n, 1);
+                    gemm(1, &a, (k, 1), &row_major, &mut one, n, 1);
                     assert_eq!(bits(&one), bits(&c[..n]), "{what}: row 0 alone");
-                    gemm(arm, 1, &a[(m - 1) * k..], (k, 1), &row_major, &mut one, n, 1);
+                    gemm(1, &a[(m - 1) * k..], (k, 1), &row_major, &mut one, n, 1);
                     assert_eq!(bits(&one), bits(&c[(m - 1) * n..]), "{what}: the last row alone");
                     let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
                     let mut cs = vec![f32::NAN; m * n];
-                    gemm(arm, m, &at, (1, m), &row_major, &mut cs, n, 1);
+                    gemm(m, &at, (1, m), &row_major, &mut cs, n, 1);
                     assert_eq!(bits(&cs), bits(&c), "{what}: a read transposed");
                     match &first_arm {
-                        Some(first) => assert_eq!(bits(&c), bits(first), "{what}: differs from {}", arms[0].name()),
+                        Some(first) => assert_eq!(bits(&c), bits(first), "{what}: differs from {}", arms[0].0.name()),
                         None => first_arm = Some(c),
                     }
                 }

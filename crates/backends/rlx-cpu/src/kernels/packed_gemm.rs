@@ -14,8 +14,9 @@
 //! Layout: `Panels` holds the weight in column panels of `NR` (two AVX-512 vectors),
 //! each panel its `k` rows one after another (`NR` floats a row, zeros past `n`). A tile
 //! reads its rows of `a` where they lie when their elements are contiguous (otherwise a
-//! call packs them first, in blocks of a tile's height). AVX-512 tiles are up to 8 rows by a panel, AVX2
-//! tiles up to 6 rows by half a panel. Each output element is one FMA chain over
+//! call packs them first, in blocks of a tile's height). AVX-512 tiles are up to 8 rows by
+//! a panel on AMD and up to 12 on Intel (see [`Avx512Tile`]), AVX2 tiles up to 6 rows by
+//! half a panel. Each output element is one FMA chain over
 //! `p = 0..k` in order, whatever `m`, the row block it falls in, or the thread that
 //! computes its panel: results are bit-identical for every batch size and thread count.
 
@@ -27,9 +28,31 @@ use rlx_ir::{Error, Result};
 
 /// Columns per panel: two 16-float vectors.
 pub const NR: usize = 32;
-/// Rows per AVX-512 register tile (8 x 2 accumulators: 16 of the 32 vector registers; 12
-/// and 16 rows measured 15-40% slower on the MLP's second product, AMD EPYC).
-const MR: usize = 8;
+/// The AVX-512 register tile, per CPU family (as tract picks its kernels per CPU): how
+/// many rows of `a` (each row 2 accumulators), and how many steps ahead the panel is
+/// prefetched (0: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Avx512Tile {
+    pub rows: usize,
+    pub prefetch: usize,
+}
+
+impl Avx512Tile {
+    /// AMD Zen 4 issues one 512-bit FMA a cycle: 8 rows (16 accumulators) keep it busy, and
+    /// 12 or 16 rows measured 15-40% slower on the MLP's second product; its prefetcher
+    /// follows the panel. Intel's cores issue two: 12 rows (24 accumulators, 27 of the 32
+    /// registers) and the panel fetched 16 steps (2 KiB) ahead, which the L2 streamer does
+    /// not do in time. Intel Xeon (AMX, 2 cores), one thread, GFLOP/s, 8 rows -> 8 rows
+    /// prefetched -> 12 rows prefetched: 32 x 768 x 3072 111-130 -> 130-141 -> 137-162,
+    /// 32 x 3072 x 768 115-129 -> 127-141 -> 133-158, 1024^3 126-128 -> 144-149 -> 151-156
+    /// (the `gemm` crate 150-162).
+    pub fn for_this_cpu() -> Avx512Tile {
+        if crate::features::features().amd { Avx512Tile::AMD } else { Avx512Tile::INTEL }
+    }
+
+    pub const AMD: Avx512Tile = Avx512Tile { rows: 8, prefetch: 0 };
+    pub const INTEL: Avx512Tile = Avx512Tile { rows: 12, prefetch: 16 };
+}
 /// Rows per AVX2 tile, by half panels (6 x 2 accumulators, 2 weight vectors and a
 /// broadcast: 15 of the 16 vector registers). `a` is packed in blocks of this height
 /// there: blocks of 8 split 6 + 2 ran the 2-row tiles at half rate (latency-bound).
@@ -93,6 +116,24 @@ pub fn available(arm: Arm) -> bool {
     arm >= Arm::Avx2 && arm <= Arm::best()
 }
 
+/// Which tiles packed products take on this host, and why, for `rlx info`.
+pub fn arm_reason() -> String {
+    let arm = Arm::best();
+    if !available(arm) {
+        return "none (no AVX2: the gemm crate packs the weight on every call)".into();
+    }
+    if arm == Arm::Avx2 {
+        return format!("avx2 ({AVX2_MR} x 16 register tiles)");
+    }
+    match Avx512Tile::for_this_cpu() {
+        Avx512Tile::AMD => "avx512 (8 x 32 register tiles: AMD issues one 512-bit FMA a cycle)".into(),
+        t => format!(
+            "avx512 ({} x 32 register tiles, the panel prefetched {} steps ahead: two 512-bit FMAs a cycle off AMD)",
+            t.rows, t.prefetch
+        ),
+    }
+}
+
 /// `c = a @ panels` for `a [m, k]` read with element strides `sa`, into `c [m, n]` with
 /// rows `c_row` apart, on up to `threads` workers (whole panels each), with `arm`'s tiles.
 /// Every arm gives the same bits (the same FMA chain per output).
@@ -110,6 +151,26 @@ pub fn gemm(
     c_row: usize,
     threads: usize,
 ) {
+    gemm_with(arm, Avx512Tile::for_this_cpu(), m, a, sa, panels, c, c_row, threads)
+}
+
+/// [`gemm`] with AVX-512 tiles of the shape given (tests run every shape on one CPU).
+///
+/// # Panics
+/// If `arm` is not [`available`], or `tile` is not one of the shapes above.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_with(
+    arm: Arm,
+    tile: Avx512Tile,
+    m: usize,
+    a: &[f32],
+    sa: (usize, usize),
+    panels: &Panels,
+    c: &mut [f32],
+    c_row: usize,
+    threads: usize,
+) {
+    assert!(tile == Avx512Tile::AMD || tile == Avx512Tile::INTEL, "packed gemm: no {tile:?} tiles");
     assert!(available(arm), "packed gemm: the {} arm is not available on this CPU", arm.name());
     let (k, n) = (panels.k, panels.n);
     if m == 0 || n == 0 {
@@ -123,7 +184,7 @@ pub fn gemm(
     }
     // The tiles also read `a` through raw pointers, in place.
     assert!(a.len() > (m - 1) * sa.0 + (k - 1) * sa.1, "packed gemm: a too small for {m} x {k}");
-    let mr = if arm == Arm::Avx512 { MR } else { AVX2_MR };
+    let mr = if arm == Arm::Avx512 { tile.rows } else { AVX2_MR };
     // Rows of `a` with contiguous elements are read where they lie; others are packed
     // first, in blocks of mr rows, each block k steps of mr floats. Packing ran on the
     // calling thread before the split: the MLP 768-3072-768 at batch 32, 2 threads, went
@@ -144,7 +205,7 @@ pub fn gemm(
             let block =
                 |r: usize| if in_place { (&a[r * mr * sa.0..], (sa.0, 1)) } else { (&packed_a[r * k * mr..], (1, mr)) };
             let c = SharedOut::new(&mut c[first * c_row..]);
-            panels_times_rows(arm, rows, (mr, block), panels, (c, c_row), threads);
+            panels_times_rows((arm, tile), rows, (mr, block), panels, (c, c_row), threads);
         }
     })
 }
@@ -171,7 +232,7 @@ fn pack_rows(rows: usize, k: usize, a: &[f32], sa: (usize, usize), mr: usize, pa
 /// `c = a @ panels` for `rows` rows of `a`, given as blocks of `mr` (`block(r)`: block r's
 /// first element and its (row, step) strides), on up to `threads` workers.
 fn panels_times_rows<'a>(
-    arm: Arm,
+    (arm, shape): (Arm, Avx512Tile),
     rows: usize,
     (mr, block): (usize, impl Fn(usize) -> (&'a [f32], (usize, usize)) + Sync),
     panels: &Panels,
@@ -191,7 +252,7 @@ fn panels_times_rows<'a>(
                 // (the caller checked m rows of c_row >= n); each (panel, block) tile is
                 // written by one worker only; the block's rows of k steps lie in `a` or the
                 // packed rows.
-                unsafe { tile(arm, height, k, block(r), panel, out.at(r * mr * c_row + j * NR), c_row, width) }
+                unsafe { tile((arm, shape), height, k, block(r), panel, out.at(r * mr * c_row + j * NR), c_row, width) }
             }
         }
     };
@@ -213,8 +274,8 @@ fn panels_times_rows<'a>(
 /// A tile's rows of `a`: the first element, and the (row, step) strides of the others.
 type Rows = (*const f32, (usize, usize));
 
-/// One register tile: `rows` rows of `c` (a block of `a`: up to [`MR`] rows on AVX-512,
-/// [`AVX2_MR`] on AVX2, element `(i, p)` at `a[i * ri + p * rp]`) times one panel, by
+/// One register tile: `rows` rows of `c` (a block of `a`: up to [`Avx512Tile::rows`] rows
+/// on AVX-512, [`AVX2_MR`] on AVX2, element `(i, p)` at `a[i * ri + p * rp]`) times one panel, by
 /// halves of 16 columns on AVX2 (16 vector registers, not 32).
 ///
 /// # Safety
@@ -222,7 +283,7 @@ type Rows = (*const f32, (usize, usize));
 /// floats; `c` addresses `rows` rows of `width` (<= NR) writable floats, `c_row` apart.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
-    arm: Arm,
+    (arm, shape): (Arm, Avx512Tile),
     rows: usize,
     k: usize,
     (a, strides): (&[f32], (usize, usize)),
@@ -233,16 +294,26 @@ unsafe fn tile(
 ) {
     let (a, panel) = (a.as_ptr(), panel.as_ptr());
     macro_rules! rows {
-        ($kernel:ident($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
+        (tile_avx512::<$pf:literal>($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
             match rows {
                 // SAFETY: the caller's contract; `available` checked the arm's features.
-                $($r => unsafe { $kernel::<$r>(k, (a, strides), $panel, $c, c_row, $width) },)*
+                $($r => unsafe { tile_avx512::<$r, $pf>(k, (a, strides), $panel, $c, c_row, $width) },)*
+                _ => unreachable!("a tile of {rows} rows"),
+            }
+        };
+        (tile_avx2($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
+            match rows {
+                // SAFETY: as above.
+                $($r => unsafe { tile_avx2::<$r>(k, (a, strides), $panel, $c, c_row, $width) },)*
                 _ => unreachable!("a tile of {rows} rows"),
             }
         };
     }
     if arm == Arm::Avx512 {
-        return rows!(tile_avx512(panel, c, width), 1 2 3 4 5 6 7 8);
+        return match shape.prefetch {
+            0 => rows!(tile_avx512::<0>(panel, c, width), 1 2 3 4 5 6 7 8),
+            _ => rows!(tile_avx512::<16>(panel, c, width), 1 2 3 4 5 6 7 8 9 10 11 12),
+        };
     }
     for half in (0..width).step_by(NR / 2) {
         let cols = (width - half).min(NR / 2);
@@ -297,9 +368,14 @@ unsafe fn tile_avx2<const R: usize>(_: usize, _: Rows, _: *const f32, _: *mut f3
     unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
 
+/// [`tile`] on AVX-512: `R` rows by a panel, the panel prefetched `PF` steps ahead (none
+/// when 0).
+///
+/// # Safety
+/// As [`tile`]'s, with the host's AVX-512 checked.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-unsafe fn tile_avx512<const R: usize>(
+unsafe fn tile_avx512<const R: usize, const PF: usize>(
     k: usize,
     (a, (ri, rp)): Rows,
     panel: *const f32,
@@ -311,6 +387,12 @@ unsafe fn tile_avx512<const R: usize>(
     let mut lo = [_mm512_setzero_ps(); R];
     let mut hi = [_mm512_setzero_ps(); R];
     for p in 0..k {
+        if PF > 0 {
+            // A prefetch never faults, past the panel's end too (hence wrapping_add).
+            let ahead = panel.wrapping_add((p + PF) * NR).cast::<i8>();
+            _mm_prefetch::<_MM_HINT_T0>(ahead);
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+        }
         // SAFETY: p < k, i < R: inside the panel (k * NR floats) and the tile's rows of `a`.
         unsafe {
             let b0 = _mm512_loadu_ps(panel.add(p * NR));
@@ -334,6 +416,13 @@ unsafe fn tile_avx512<const R: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx512<const R: usize>(_: usize, _: Rows, _: *const f32, _: *mut f32, _: usize, _: usize) {
+unsafe fn tile_avx512<const R: usize, const PF: usize>(
+    _: usize,
+    _: Rows,
+    _: *const f32,
+    _: *mut f32,
+    _: usize,
+    _: usize,
+) {
     unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
