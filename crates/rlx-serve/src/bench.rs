@@ -87,6 +87,10 @@ impl Server {
 
     /// `llama-server` with the same slots and context per slot.
     fn llama(o: &BenchOptions, binary: &Path, slots: usize, context: usize) -> Result<Server> {
+        Server::llama_with(o, binary, slots, context, &[])
+    }
+
+    fn llama_with(o: &BenchOptions, binary: &Path, slots: usize, context: usize, extra: &[&str]) -> Result<Server> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| Error::runtime(e.to_string()))?
@@ -104,16 +108,30 @@ impl Server {
         if let Some(t) = o.threads {
             cmd.args(["-t", &t.to_string()]);
         }
+        cmd.args(extra);
         let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| spawn_error(binary, e))?;
-        let server = Server { child, port };
+        let mut server = Server { child, port };
         let deadline = Instant::now() + Duration::from_secs(120);
         while http(port, "GET", "/health", None).map(|(status, _)| status) != Ok(200) {
+            // ggml's AMX kernels (through its weight repacking) raise SIGILL in some VMs
+            // that grant AMX to other programs (an Intel Xeon, 2026-12-05): its other CPU
+            // kernels are what runs there.
+            if extra.is_empty() && server.died_of_sigill() {
+                eprintln!("llama-server died of SIGILL in its AMX kernels; starting it again with --no-repack");
+                return Server::llama_with(o, binary, slots, context, &["--no-repack"]);
+            }
             if Instant::now() > deadline {
                 return Err(Error::runtime("llama-server did not become healthy in 120 s"));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         Ok(server)
+    }
+
+    /// Whether the process died of SIGILL.
+    fn died_of_sigill(&mut self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        matches!(self.child.try_wait(), Ok(Some(status)) if status.signal() == Some(4))
     }
 
     fn rss_mib(&self) -> Option<f64> {
