@@ -518,11 +518,14 @@ pub fn bench_llm(
         }
     }
     let peak_kib = rss_kib("VmHWM");
-    // After the peak is read: the probe's 256 MiB buffer is not the model's memory.
+    // After the peak is read: the probes' buffers are not the model's memory. One reads
+    // past the last-level cache (the DRAM roof), one a token's weight bytes (the roof
+    // where the caches hold the weights, as a 300 MiB L3 does).
     let bandwidth = if device == Device::Cpu {
+        let probe = |t, bytes| rlx::runtime::cpu::bench::read_bandwidth_gbs(t, bytes);
         threads
             .iter()
-            .map(|&t| Ok((t, rlx::runtime::cpu::bench::read_bandwidth_gbs(t)?)))
+            .map(|&t| Ok((t, probe(t, rlx::runtime::cpu::bench::DRAM_PROBE_BYTES)?, probe(t, token_bytes as usize)?)))
             .collect::<Result<Vec<_>>>()?
     } else {
         Vec::new()
@@ -553,15 +556,27 @@ pub fn bench_llm(
     println!();
     let mib = |kib: u64| kib as f64 / 1024.0;
     if !bandwidth.is_empty() {
+        let mib = token_bytes as f64 / (1 << 20) as f64;
         println!(
-            "decode roof: a token reads {:.1} MiB of weights; DRAM read rate from a 256 MiB streaming probe",
-            token_bytes as f64 / (1 << 20) as f64
+            "decode roof: a token reads {mib:.1} MiB of weights; read rates of a {} MiB buffer (DRAM) and of a {mib:.0} MiB one",
+            rlx::runtime::cpu::bench::DRAM_PROBE_BYTES >> 20
         );
-        println!("{:>7}  {:>10} {:>14} {:>12} {:>8}", "threads", "read GB/s", "roof tok/s", "tg tok/s", "of roof");
-        for &(t, gbs) in &bandwidth {
-            let roof = gbs * 1e9 / token_bytes.max(1) as f64;
+        println!(
+            "{:>7}  {:>10} {:>11} {:>8}  {:>10} {:>11} {:>8}  {:>8}",
+            "threads", "DRAM GB/s", "roof tok/s", "of roof", "GB/s", "roof tok/s", "of roof", "tg tok/s"
+        );
+        for &(t, dram, weights) in &bandwidth {
+            let roof = |gbs: f64| gbs * 1e9 / token_bytes.max(1) as f64;
             if let Some(tg) = rows.iter().find(|r| r.threads == t && r.test == format!("tg{TG}")) {
-                println!("{t:>7}  {gbs:>10.1} {roof:>14.1} {:>12.1} {:>7.0}%", tg.rlx, 100.0 * tg.rlx / roof);
+                let share = |gbs| format!("{:.0}%", 100.0 * tg.rlx / roof(gbs));
+                println!(
+                    "{t:>7}  {dram:>10.1} {:>11.1} {:>8}  {weights:>10.1} {:>11.1} {:>8}  {:>8.1}",
+                    roof(dram),
+                    share(dram),
+                    roof(weights),
+                    share(weights),
+                    tg.rlx
+                );
             }
         }
         println!();

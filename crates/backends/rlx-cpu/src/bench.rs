@@ -123,49 +123,67 @@ unsafe fn peak_avx512(iters: usize) -> f32 {
     _mm512_reduce_add_ps(acc.iter().fold(_mm512_setzero_ps(), |s, &a| _mm512_add_ps(s, a)))
 }
 
-/// Bytes the read-bandwidth probe streams: far past any last-level cache.
-const PROBE_BYTES: usize = 256 << 20;
+/// Bytes the DRAM read probe streams: past the last-level cache of most parts (not of
+/// every one: an Intel Xeon with 300 MiB of L3 read it at 12.9 GB/s on one core, a 92 MiB
+/// buffer at 25-30).
+pub const DRAM_PROBE_BYTES: usize = 256 << 20;
 
-/// The machine's DRAM read rate in GB/s on `threads` threads: each thread sums its
-/// contiguous part of a 256 MiB buffer with wide loads, best of 3 passes. This is the
-/// roof of a decode step, which reads every weight once (`rlx bench llm` prints both).
-pub fn read_bandwidth_gbs(threads: usize) -> rlx_ir::Result<f64> {
+/// The read rate in GB/s of a buffer of `bytes` on `threads` threads: each thread sums its
+/// contiguous part with wide loads, best of 6 passes after two that warm the caches.
+/// With [`DRAM_PROBE_BYTES`] this is the DRAM roof of a decode step, which reads every
+/// weight once; with a token's weight bytes, the roof where the caches hold them (`rlx
+/// bench llm` prints both).
+pub fn read_bandwidth_gbs(threads: usize, bytes: usize) -> rlx_ir::Result<f64> {
     use rayon::prelude::*;
     let pool = crate::threads::pool(threads)?;
     // Written (not only allocated) so every page is mapped before timing, and with
     // distinct words so that no page can be shared with another (one run over a buffer
     // of equal words read 51 GB/s on 2 threads, twice any other run's rate).
-    let words: Vec<u64> = (0..PROBE_BYTES as u64 / 8).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
+    let words: Vec<u64> = (0..bytes.max(8) as u64 / 8).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).collect();
     let part = words.len().div_ceil(threads.max(1));
     let mut best = f64::MAX;
-    for _ in 0..3 {
+    // Each pass with and without software prefetch, the better counted: AMD's hardware
+    // prefetcher streams alone, while one Intel Xeon core read 13.7-14.3 -> 16.0-16.7 GB/s
+    // from DRAM and 18.6-26.4 -> 28.8-29.3 from its L3 with lines fetched 4 KiB ahead.
+    for pass in 0..8 {
         let start = Instant::now();
-        let sum: u64 = pool.install(|| words.par_chunks(part).map(|c| sum_words(black_box(c))).sum());
-        best = best.min(start.elapsed().as_secs_f64());
+        let prefetch = pass % 2 == 1;
+        let sum: u64 = pool.install(|| words.par_chunks(part).map(|c| sum_words(black_box(c), prefetch)).sum());
+        if pass > 1 {
+            best = best.min(start.elapsed().as_secs_f64());
+        }
         black_box(sum);
     }
-    Ok(PROBE_BYTES as f64 / best / 1e9)
+    Ok((words.len() * 8) as f64 / best / 1e9)
 }
 
 /// The wrapping sum of `x`: wide loads into four accumulators on AVX2 (the compiler's
-/// own vectorization of an 8-lane loop streamed 4-5 GB/s here, a fifth of the DRAM rate).
-fn sum_words(x: &[u64]) -> u64 {
+/// own vectorization of an 8-lane loop streamed 4-5 GB/s here, a fifth of the DRAM rate),
+/// with each line prefetched 4 KiB ahead when asked.
+fn sum_words(x: &[u64], prefetch: bool) -> u64 {
     #[cfg(target_arch = "x86_64")]
     if Arm::best() >= Arm::Avx2 {
         // SAFETY: AVX2 was detected.
-        return unsafe { sum_words_avx2(x) };
+        return unsafe { if prefetch { sum_words_avx2::<4096>(x) } else { sum_words_avx2::<0>(x) } };
     }
+    let _ = prefetch;
     x.iter().fold(0, |a, v| a.wrapping_add(*v))
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn sum_words_avx2(x: &[u64]) -> u64 {
+fn sum_words_avx2<const AHEAD_BYTES: usize>(x: &[u64]) -> u64 {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_si256(); 4];
     let blocks = x.chunks_exact(16);
     let tail: u64 = blocks.remainder().iter().fold(0, |a, v| a.wrapping_add(*v));
     for b in blocks {
+        if AHEAD_BYTES > 0 {
+            // A prefetch never faults, past the buffer too (hence wrapping_add).
+            let ahead = b.as_ptr().cast::<i8>().wrapping_add(AHEAD_BYTES);
+            _mm_prefetch::<_MM_HINT_T0>(ahead);
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+        }
         for (k, a) in acc.iter_mut().enumerate() {
             // SAFETY: each chunk holds 16 words: four loads of four.
             *a = _mm256_add_epi64(*a, unsafe { _mm256_loadu_si256(b[4 * k..].as_ptr().cast()) });
