@@ -25,7 +25,25 @@ mod ffi {
             ldc: i32,
         );
         pub fn openblas_set_num_threads(n: i32);
+        pub fn openblas_get_corename() -> *const std::ffi::c_char;
     }
+}
+
+/// The kernel family OpenBLAS picked for this CPU (its `openblas_get_corename`), or None
+/// without OpenBLAS. A library older than the CPU falls back to generic kernels: Debian's
+/// 0.3.21 named an Intel Xeon of CPUID model 207 "Prescott" and ran 1024^3 at 19-33
+/// GFLOP/s on one thread, 151-156 with `OPENBLAS_CORETYPE=SKYLAKEX` (or COOPERLAKE).
+#[cfg(rlx_openblas)]
+pub fn core_name() -> Option<String> {
+    // SAFETY: OpenBLAS returns a pointer to a static NUL-terminated name.
+    let name = unsafe { std::ffi::CStr::from_ptr(ffi::openblas_get_corename()) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// Without OpenBLAS: None.
+#[cfg(not(rlx_openblas))]
+pub fn core_name() -> Option<String> {
+    None
 }
 
 /// `c = a b` (row-major, `a [m, k]`, `b [k, n]`) with OpenBLAS on `threads` of its own
