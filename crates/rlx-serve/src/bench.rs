@@ -120,6 +120,9 @@ impl Server {
                 eprintln!("llama-server died of SIGILL in its AMX kernels; starting it again with --no-repack");
                 return Server::llama_with(o, binary, slots, context, &["--no-repack"]);
             }
+            if let Ok(Some(status)) = server.child.try_wait() {
+                return Err(Error::runtime(format!("{} exited ({status}) before serving", binary.display())));
+            }
             if Instant::now() > deadline {
                 return Err(Error::runtime("llama-server did not become healthy in 120 s"));
             }

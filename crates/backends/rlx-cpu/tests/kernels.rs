@@ -235,7 +235,7 @@ fn gemm_matches_f64_and_openblas() {
 /// the AVX-512 tile shape (AMD's and Intel's, both run on any AVX-512 CPU).
 #[test]
 fn packed_gemm_matches_f64_at_every_tail() {
-    use rlx_cpu::kernels::packed_gemm::{Avx512Tile, Panels, available, gemm_with};
+    use rlx_cpu::kernels::packed_gemm::{Avx512Tile, Panels, available};
     let arms: Vec<(Arm, Avx512Tile)> = Arm::available()
         .into_iter()
         .filter(|&arm| available(arm))
@@ -260,7 +260,7 @@ fn packed_gemm_matches_f64_at_every_tail() {
                 let mut first_arm: Option<Vec<f32>> = None;
                 for &(arm, tile) in &arms {
                     let gemm = |m, a: &[f32], sa, panels, c: &mut [f32], c_row, threads| {
-                        gemm_with(arm, tile, m, a, sa, panels, c, c_row, threads)
+                        rlx_cpu::kernels::packed_gemm::gemm((arm, tile), m, a, sa, panels, c, c_row, threads)
                     };
                     // Output rows 3 floats wider than n: writes past a row's n columns show.
                     let mut padded = vec![f32::NAN; m * (n + 3)];

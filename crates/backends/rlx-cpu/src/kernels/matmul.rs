@@ -16,7 +16,7 @@
 //! result is bit-identical for every thread count.
 
 use super::half_gemm::{self, Operand, Product, Tiles};
-use super::packed_gemm::{self, Panels};
+use super::packed_gemm::{self, Avx512Tile, Panels};
 use super::rows::{LANES as DOT_LANES, fold_lanes};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Num};
@@ -200,7 +200,7 @@ pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: 
                     return Err(Error::internal("packed weight of another shape"));
                 }
                 for_each_product(plan, (a.len(), k * n), out, |oa, _, c, threads| {
-                    packed_gemm::gemm(Arm::best(), m, &a[oa..], sa, panels, c, n, threads)
+                    packed_gemm::gemm((Arm::best(), Avx512Tile::for_this_cpu()), m, &a[oa..], sa, panels, c, n, threads)
                 })
             }
             None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),

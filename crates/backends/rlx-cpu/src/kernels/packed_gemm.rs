@@ -135,33 +135,15 @@ pub fn arm_reason() -> String {
 }
 
 /// `c = a @ panels` for `a [m, k]` read with element strides `sa`, into `c [m, n]` with
-/// rows `c_row` apart, on up to `threads` workers (whole panels each), with `arm`'s tiles.
-/// Every arm gives the same bits (the same FMA chain per output).
-///
-/// # Panics
-/// If `arm` is not [`available`].
-#[allow(clippy::too_many_arguments)]
-pub fn gemm(
-    arm: Arm,
-    m: usize,
-    a: &[f32],
-    sa: (usize, usize),
-    panels: &Panels,
-    c: &mut [f32],
-    c_row: usize,
-    threads: usize,
-) {
-    gemm_with(arm, Avx512Tile::for_this_cpu(), m, a, sa, panels, c, c_row, threads)
-}
-
-/// [`gemm`] with AVX-512 tiles of the shape given (tests run every shape on one CPU).
+/// rows `c_row` apart, on up to `threads` workers (whole panels each), with `arm`'s tiles
+/// (on AVX-512, of the shape `tile`: [`Avx512Tile::for_this_cpu`], or any for tests).
+/// Every arm and tile gives the same bits (the same FMA chain per output).
 ///
 /// # Panics
 /// If `arm` is not [`available`], or `tile` is not one of the shapes above.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_with(
-    arm: Arm,
-    tile: Avx512Tile,
+pub fn gemm(
+    (arm, tile): (Arm, Avx512Tile),
     m: usize,
     a: &[f32],
     sa: (usize, usize),
