@@ -556,9 +556,9 @@ pub fn bench_llm(
     println!();
     let mib = |kib: u64| kib as f64 / 1024.0;
     if !bandwidth.is_empty() {
-        let mib = token_bytes as f64 / (1 << 20) as f64;
+        let token_mib = token_bytes as f64 / (1 << 20) as f64;
         println!(
-            "decode roof: a token reads {mib:.1} MiB of weights; read rates of a {} MiB buffer (DRAM) and of a {mib:.0} MiB one",
+            "decode roof: a token reads {token_mib:.1} MiB of weights; read rates of a {} MiB buffer (DRAM) and of a {token_mib:.0} MiB one",
             rlx::runtime::cpu::bench::DRAM_PROBE_BYTES >> 20
         );
         println!(

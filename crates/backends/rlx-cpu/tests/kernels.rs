@@ -239,8 +239,8 @@ fn packed_gemm_matches_f64_at_every_tail() {
     let arms: Vec<(Arm, Avx512Tile)> = Arm::available()
         .into_iter()
         .filter(|&arm| available(arm))
-        .flat_map(|arm| [(arm, Avx512Tile::AMD), (arm, Avx512Tile::INTEL)])
-        .filter(|&(arm, tile)| arm == Arm::Avx512 || tile == Avx512Tile::AMD)
+        .flat_map(|arm| [(arm, Avx512Tile::Amd), (arm, Avx512Tile::Intel)])
+        .filter(|&(arm, tile)| arm == Arm::Avx512 || tile == Avx512Tile::Amd)
         .collect();
     if arms.is_empty() {
         eprintln!("packed_gemm needs AVX2 or AVX-512: not tested on this CPU");

@@ -28,31 +28,40 @@ use rlx_ir::{Error, Result};
 
 /// Columns per panel: two 16-float vectors.
 pub const NR: usize = 32;
-/// The AVX-512 register tile, per CPU family (as tract picks its kernels per CPU): how
-/// many rows of `a` (each row 2 accumulators), and how many steps ahead the panel is
-/// prefetched (0: none).
+/// The AVX-512 register tile, per CPU family (as tract picks its kernels per CPU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Avx512Tile {
-    pub rows: usize,
-    pub prefetch: usize,
+pub enum Avx512Tile {
+    /// 8 rows of `a` (2 accumulators each), no prefetch: AMD Zen 4 issues one 512-bit FMA
+    /// a cycle, 16 accumulators keep it busy (12 or 16 rows measured 15-40% slower on the
+    /// MLP's second product), and its prefetcher follows the panel.
+    Amd,
+    /// 12 rows (24 accumulators, 27 of the 32 registers), the panel fetched
+    /// [`INTEL_PREFETCH`] steps ahead: Intel's cores issue two 512-bit FMAs a cycle, and
+    /// the L2 streamer does not bring the panel in time. Intel Xeon (AMX, 2 cores), one
+    /// thread, GFLOP/s, 8 rows -> 8 rows prefetched -> 12 rows prefetched: 32 x 768 x 3072
+    /// 111-130 -> 130-141 -> 137-162, 32 x 3072 x 768 115-129 -> 127-141 -> 133-158, 1024^3
+    /// 126-128 -> 144-149 -> 151-156 (the `gemm` crate 150-162).
+    Intel,
 }
+
+/// Steps of `k` (2 KiB of panel) the Intel tile prefetches ahead; the AMD tile none.
+const INTEL_PREFETCH: usize = 16;
+const NO_PREFETCH: usize = 0;
 
 impl Avx512Tile {
-    /// AMD Zen 4 issues one 512-bit FMA a cycle: 8 rows (16 accumulators) keep it busy, and
-    /// 12 or 16 rows measured 15-40% slower on the MLP's second product; its prefetcher
-    /// follows the panel. Intel's cores issue two: 12 rows (24 accumulators, 27 of the 32
-    /// registers) and the panel fetched 16 steps (2 KiB) ahead, which the L2 streamer does
-    /// not do in time. Intel Xeon (AMX, 2 cores), one thread, GFLOP/s, 8 rows -> 8 rows
-    /// prefetched -> 12 rows prefetched: 32 x 768 x 3072 111-130 -> 130-141 -> 137-162,
-    /// 32 x 3072 x 768 115-129 -> 127-141 -> 133-158, 1024^3 126-128 -> 144-149 -> 151-156
-    /// (the `gemm` crate 150-162).
     pub fn for_this_cpu() -> Avx512Tile {
-        if crate::features::features().amd { Avx512Tile::AMD } else { Avx512Tile::INTEL }
+        if crate::features::features().amd { Avx512Tile::Amd } else { Avx512Tile::Intel }
     }
 
-    pub const AMD: Avx512Tile = Avx512Tile { rows: 8, prefetch: 0 };
-    pub const INTEL: Avx512Tile = Avx512Tile { rows: 12, prefetch: 16 };
+    /// Rows of `a` per tile.
+    pub fn rows(self) -> usize {
+        match self {
+            Avx512Tile::Amd => 8,
+            Avx512Tile::Intel => 12,
+        }
+    }
 }
+
 /// Rows per AVX2 tile, by half panels (6 x 2 accumulators, 2 weight vectors and a
 /// broadcast: 15 of the 16 vector registers). `a` is packed in blocks of this height
 /// there: blocks of 8 split 6 + 2 ran the 2-row tiles at half rate (latency-bound).
@@ -126,10 +135,10 @@ pub fn arm_reason() -> String {
         return format!("avx2 ({AVX2_MR} x 16 register tiles)");
     }
     match Avx512Tile::for_this_cpu() {
-        Avx512Tile::AMD => "avx512 (8 x 32 register tiles: AMD issues one 512-bit FMA a cycle)".into(),
-        t => format!(
-            "avx512 ({} x 32 register tiles, the panel prefetched {} steps ahead: two 512-bit FMAs a cycle off AMD)",
-            t.rows, t.prefetch
+        Avx512Tile::Amd => "avx512 (8 x 32 register tiles: AMD issues one 512-bit FMA a cycle)".into(),
+        Avx512Tile::Intel => format!(
+            "avx512 (12 x 32 register tiles, the panel prefetched {INTEL_PREFETCH} steps ahead: \
+             two 512-bit FMAs a cycle off AMD)"
         ),
     }
 }
@@ -140,7 +149,7 @@ pub fn arm_reason() -> String {
 /// Every arm and tile gives the same bits (the same FMA chain per output).
 ///
 /// # Panics
-/// If `arm` is not [`available`], or `tile` is not one of the shapes above.
+/// If `arm` is not [`available`].
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     (arm, tile): (Arm, Avx512Tile),
@@ -152,7 +161,6 @@ pub fn gemm(
     c_row: usize,
     threads: usize,
 ) {
-    assert!(tile == Avx512Tile::AMD || tile == Avx512Tile::INTEL, "packed gemm: no {tile:?} tiles");
     assert!(available(arm), "packed gemm: the {} arm is not available on this CPU", arm.name());
     let (k, n) = (panels.k, panels.n);
     if m == 0 || n == 0 {
@@ -166,7 +174,7 @@ pub fn gemm(
     }
     // The tiles also read `a` through raw pointers, in place.
     assert!(a.len() > (m - 1) * sa.0 + (k - 1) * sa.1, "packed gemm: a too small for {m} x {k}");
-    let mr = if arm == Arm::Avx512 { tile.rows } else { AVX2_MR };
+    let mr = if arm == Arm::Avx512 { tile.rows() } else { AVX2_MR };
     // Rows of `a` with contiguous elements are read where they lie; others are packed
     // first, in blocks of mr rows, each block k steps of mr floats. Packing ran on the
     // calling thread before the split: the MLP 768-3072-768 at batch 32, 2 threads, went
@@ -256,7 +264,7 @@ fn panels_times_rows<'a>(
 /// A tile's rows of `a`: the first element, and the (row, step) strides of the others.
 type Rows = (*const f32, (usize, usize));
 
-/// One register tile: `rows` rows of `c` (a block of `a`: up to [`Avx512Tile::rows`] rows
+/// One register tile: `rows` rows of `c` (a block of `a`: up to [`Avx512Tile::rows`]
 /// on AVX-512, [`AVX2_MR`] on AVX2, element `(i, p)` at `a[i * ri + p * rp]`) times one panel, by
 /// halves of 16 columns on AVX2 (16 vector registers, not 32).
 ///
@@ -276,10 +284,10 @@ unsafe fn tile(
 ) {
     let (a, panel) = (a.as_ptr(), panel.as_ptr());
     macro_rules! rows {
-        (tile_avx512::<$pf:literal>($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
+        (tile_avx512::<$pf:ident>($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
             match rows {
                 // SAFETY: the caller's contract; `available` checked the arm's features.
-                $($r => unsafe { tile_avx512::<$r, $pf>(k, (a, strides), $panel, $c, c_row, $width) },)*
+                $($r => unsafe { tile_avx512::<$r, { $pf }>(k, (a, strides), $panel, $c, c_row, $width) },)*
                 _ => unreachable!("a tile of {rows} rows"),
             }
         };
@@ -292,9 +300,9 @@ unsafe fn tile(
         };
     }
     if arm == Arm::Avx512 {
-        return match shape.prefetch {
-            0 => rows!(tile_avx512::<0>(panel, c, width), 1 2 3 4 5 6 7 8),
-            _ => rows!(tile_avx512::<16>(panel, c, width), 1 2 3 4 5 6 7 8 9 10 11 12),
+        return match shape {
+            Avx512Tile::Amd => rows!(tile_avx512::<NO_PREFETCH>(panel, c, width), 1 2 3 4 5 6 7 8),
+            Avx512Tile::Intel => rows!(tile_avx512::<INTEL_PREFETCH>(panel, c, width), 1 2 3 4 5 6 7 8 9 10 11 12),
         };
     }
     for half in (0..width).step_by(NR / 2) {
