@@ -169,7 +169,7 @@ fn portable_arm_is_the_scalar_and_every_arm_propagates_nan() {
     let nans = [f32::NAN, -f32::NAN, f32::from_bits(0x7fc0_0001), f32::from_bits(0x7f80_0001)];
     xs.extend(nans);
     xs.extend([f32::INFINITY, f32::NEG_INFINITY, 1e-40, -1e-40, 0.0, -0.0]);
-    for &(name, kernel, scalar, _) in SLICE_FUNCTIONS {
+    for &(name, kernel, scalar, _, _) in SLICE_FUNCTIONS {
         let mut portable = vec![0f32; xs.len()];
         kernel(Arm::Portable, &xs, &mut portable);
         // A NaN's sign and payload are not part of Rust's float semantics (a vectorized
@@ -193,28 +193,33 @@ fn portable_arm_is_the_scalar_and_every_arm_propagates_nan() {
 }
 
 /// Each function's leaf-sum kernel (what a fused `f(x) -> sum` adds per 512-element
-/// block) is bit for bit the pairwise sum of that arm's slice output, at every tail
-/// length, with NaN, infinities, denormals and signed zeros among the inputs.
+/// block) is bit for bit the pairwise sum of that arm's slice output, and its in-place
+/// kernel gives the slice output's bits, at every tail length, with NaN, infinities,
+/// denormals and signed zeros among the inputs.
 #[test]
-fn leaf_sums_are_the_pairwise_sum_of_the_slice_output() {
+fn leaf_sums_and_in_place_kernels_agree_with_the_slice_kernel() {
     let mut xs = sweep(-30.0, 30.0, 512, 41);
     for (i, v) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40, -0.0].into_iter().enumerate() {
         xs[100 + 97 * i] = v;
     }
-    for &(name, kernel, _, sum) in SLICE_FUNCTIONS {
+    let same = |p: f32, q: f32| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan());
+    for &(name, kernel, _, sum, inplace) in SLICE_FUNCTIONS {
         for arm in Arm::available() {
             for len in [0, 1, 3, 15, 16, 17, 100, 511, 512] {
                 // The specials sit at 100 and past: the shorter runs are all finite.
                 let x = &xs[xs.len() - len..];
                 let mut out = vec![0f32; len];
                 kernel(arm, x, &mut out);
-                let want = rlx_ir::ops::reduce::pairwise_sum(&out);
-                let got = sum(arm, x);
+                let mut in_place = x.to_vec();
+                inplace(arm, &mut in_place);
                 assert!(
-                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                    "{name} arm {} over {len}: {got:e} vs {want:e}",
+                    out.iter().zip(&in_place).all(|(&p, &q)| same(p, q)),
+                    "{name} arm {} in place, {len}",
                     arm.name()
                 );
+                let want = rlx_ir::ops::reduce::pairwise_sum(&out);
+                let got = sum(arm, x);
+                assert!(same(got, want), "{name} arm {} over {len}: {got:e} vs {want:e}", arm.name());
             }
         }
     }
@@ -229,10 +234,43 @@ fn tanh_every_f32_around_its_cut_within_bound() {
     check("tanh", f64::tanh, &xs, Measure::Rel(1.03e-7));
 }
 
+/// tanh's AVX-512 arm looks its polynomial up by the top bits of |x|: every f32 within
+/// 4096 ulps of each interval's edges (2^-4 * 1.25^k steps up to 16, where a rounding of
+/// the interval code would show) and of the cut to exactly 1, both signs, within the
+/// bound tools/vmath/tanh_table.py measured over every f32 (8.93e-8); tiny and subnormal
+/// inputs give themselves in every arm.
+#[test]
+fn tanh_avx512_every_f32_near_its_interval_edges() {
+    let mut edges: Vec<u32> = (492u32..=524).map(|code| code << 21).collect();
+    edges.push(0x4110_2cb4); // the cut
+    let xs: Vec<f32> = edges
+        .iter()
+        .flat_map(|&e| e - 4096..e + 4096)
+        .map(f32::from_bits)
+        .filter(|x| *x <= 10.0)
+        .flat_map(|x| [x, -x])
+        .collect();
+    if Arm::available().contains(&Arm::Avx512) {
+        let mut out = vec![0f32; xs.len()];
+        kernel("tanh")(Arm::Avx512, &xs, &mut out);
+        check_arm("tanh (avx512)", &out, &f64::tanh, &xs, Measure::Rel(8.93e-8));
+    }
+    check("tanh", f64::tanh, &xs, Measure::Rel(1.03e-7));
+    let tiny: Vec<f32> = (0..4096u32).map(|i| f32::from_bits(1 + i * 235_000)).flat_map(|x| [x, -x]).collect();
+    assert!(tiny.iter().all(|x| x.abs() < 2f32.powi(-12)));
+    for arm in Arm::available() {
+        let mut out = vec![0f32; tiny.len()];
+        kernel("tanh")(arm, &tiny, &mut out);
+        assert!(tiny.iter().zip(&out).all(|(x, y)| x.to_bits() == y.to_bits()), "tanh(tiny) != tiny in {}", arm.name());
+    }
+}
+
 /// The fused arms compute the same operations, so AVX-512 and AVX2 agree bit for bit:
 /// this holds the hand-scheduled AVX-512 kernels (ln and ln_1p through `vgetexp` /
 /// `vgetmant`) to the auto-vectorized code, over magnitudes from subnormal to huge, both
-/// signs, the neighbourhoods of 0, 1 and -1, and the special values.
+/// signs, the neighbourhoods of 0, 1 and -1, and the special values. tanh is the
+/// exception: its AVX-512 arm is table-driven (no division), with its own bits and its
+/// own tests below.
 #[test]
 fn avx512_arm_equals_the_avx2_arm_bit_for_bit() {
     let arms = Arm::available();
@@ -253,7 +291,7 @@ fn avx512_arm_equals_the_avx2_arm_bit_for_bit() {
     xs.extend((0..4000).map(|i| -1.0 + i as f32 * 2.5e-8));
     xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE, 1e-45, -1e-45, f32::MAX]);
     xs.extend(sweep(-100.0, 100.0, 10_007, 43));
-    for &(name, kernel, _, _) in SLICE_FUNCTIONS {
+    for &(name, kernel, _, _, _) in SLICE_FUNCTIONS.iter().filter(|f| f.0 != "tanh") {
         let (mut a, mut b) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
         kernel(Arm::Avx512, &xs, &mut a);
         kernel(Arm::Avx2, &xs, &mut b);
@@ -306,7 +344,7 @@ fn trig_value_does_not_depend_on_its_neighbours() {
     for (i, v) in mixed.iter_mut().enumerate().step_by(97) {
         *v = [1e5, f32::NAN, 3.0 * std::f32::consts::FRAC_PI_2, -7e3][i % 4];
     }
-    for &(name, kernel, _, sum) in SLICE_FUNCTIONS.iter().filter(|f| ["sin", "cos", "tan"].contains(&f.0)) {
+    for &(name, kernel, _, sum, inplace) in SLICE_FUNCTIONS.iter().filter(|f| ["sin", "cos", "tan"].contains(&f.0)) {
         for arm in Arm::available() {
             let (mut a, mut b) = (vec![0f32; alone.len()], vec![0f32; alone.len()]);
             kernel(arm, &alone, &mut a);
@@ -317,11 +355,6 @@ fn trig_value_does_not_depend_on_its_neighbours() {
                 }
             }
             let mut in_place = mixed.clone();
-            let inplace = match name {
-                "sin" => vmath::sin_inplace,
-                "cos" => vmath::cos_inplace,
-                _ => vmath::tan_inplace,
-            };
             inplace(arm, &mut in_place);
             assert!(in_place.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan())));
             let leaf = &alone[..512];

@@ -90,30 +90,5 @@ fn ln_1p_avx512(x: __m512) -> __m512 {
     _mm512_fixupimm_ps::<0>(r, x, _mm512_set1_epi32(LN_1P_ZERO))
 }
 
-/// `out[i] = f(x[i])`, 16 lanes at a time, the tail through masked loads and stores.
-macro_rules! slice_avx512 {
-    ($name:ident, $f:ident) => {
-        /// # Safety
-        /// AVX-512 F/BW/VL/DQ, AVX2 and FMA are available.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-        pub(super) unsafe fn $name(x: &[f32], out: &mut [f32]) {
-            let n = x.len().min(out.len());
-            let mut i = 0;
-            while i + 16 <= n {
-                // SAFETY: i + 16 <= n: inside both slices.
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i), $f(_mm512_loadu_ps(x.as_ptr().add(i)))) };
-                i += 16;
-            }
-            if i < n {
-                let mask: __mmask16 = ((1u32 << (n - i)) - 1) as u16;
-                // SAFETY: the masked lanes [i, n) lie inside both slices.
-                unsafe {
-                    let v = _mm512_maskz_loadu_ps(mask, x.as_ptr().add(i));
-                    _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), mask, $f(v));
-                }
-            }
-        }
-    };
-}
-slice_avx512!(log_slice_avx512, log_avx512);
-slice_avx512!(ln_1p_slice_avx512, ln_1p_avx512);
+map_avx512!(log_map_avx512, log_avx512);
+map_avx512!(ln_1p_map_avx512, ln_1p_avx512);

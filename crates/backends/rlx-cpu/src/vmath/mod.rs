@@ -635,32 +635,33 @@ macro_rules! map_values {
     };
     (inplace, _, $with:ident, $O:ident, $values:ident) => {
         for v in $values.iter_mut() {
-            *v = $with::<$O>(*v);
+            *v = $crate::vmath::$with::<$O>(*v);
         }
     };
     (inplace, $short:ident, $with:ident, $O:ident, $values:ident) => {
-        for chunk in $values.chunks_mut(SPLIT_CHUNK) {
-            let mut copy = [0f32; SPLIT_CHUNK];
+        for chunk in $values.chunks_mut($crate::vmath::SPLIT_CHUNK) {
+            let mut copy = [0f32; $crate::vmath::SPLIT_CHUNK];
             let x = &mut copy[..chunk.len()];
             x.copy_from_slice(chunk);
-            map_split(x, chunk, $short::<$O>, $with::<$O>);
+            $crate::vmath::map_split(x, chunk, $crate::vmath::$short::<$O>, $crate::vmath::$with::<$O>);
         }
     };
     (sum, _, $with:ident, $O:ident, $x:ident) => {
-        crate::kernels::rows::sum_map($x, $with::<$O>)
+        $crate::kernels::rows::sum_map($x, $crate::vmath::$with::<$O>)
     };
     // The values first, then the same lane order (`sum_map` of the identity).
     (sum, $short:ident, $with:ident, $O:ident, $x:ident) => {{
         let mut values = [0f32; rlx_ir::ops::reduce::SUM_BLOCK];
         let values = &mut values[..$x.len()];
-        map_split($x, values, $short::<$O>, $with::<$O>);
-        crate::kernels::rows::sum_map(values, |v| v)
+        $crate::vmath::map_split($x, values, $crate::vmath::$short::<$O>, $crate::vmath::$with::<$O>);
+        $crate::kernels::rows::sum_map(values, |v| v)
     }};
 }
 
 /// Defines the multiversioned slice kernels `$slice(arm, x, out)`,
 /// `$inplace(arm, values)` and `$sum(arm, x)` for each scalar function. `$fast`, when
-/// given, replaces the slice kernel on the AVX-512 arm (same bits, hand-scheduled);
+/// given, is the AVX-512 arm's hand-scheduled map, which all three then run (ln's and
+/// ln_1p's give the generic code's bits; tanh's has its own, see `tanh_avx512`);
 /// `$short`, when not `_`, is the function's fast path for [`map_split`].
 macro_rules! slice_kernels {
     ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident, $sum:ident, $fast:expr, $short:tt)),* $(,)?) => {
@@ -673,49 +674,84 @@ macro_rules! slice_kernels {
                         map_values!(map, $short, $with, O, x, out)
                     }
                 }
+                crate::multiversion_ops! {
+                    /// The multiversioned in-place loop over the scalar function.
+                    pub fn inplace<O>(values: &mut [f32]) {
+                        map_values!(inplace, $short, $with, O, values)
+                    }
+                }
+                crate::multiversion_ops! {
+                    /// The leaf sum over the scalar function, the values added as they are
+                    /// made, never stored.
+                    pub fn sum<O>(x: &[f32]) -> f32 {
+                        map_values!(sum, $short, $with, O, x)
+                    }
+                }
             }
             #[doc = concat!("`out[i] = ", $name, "(x[i])`.")]
             pub fn $slice(arm: crate::arch::Arm, x: &[f32], out: &mut [f32]) {
-                let fast: Option<FastSlice> = $fast;
-                if let (crate::arch::Arm::Avx512, Some(fast)) = (arm.min(crate::arch::Arm::best()), fast) {
-                    // SAFETY: `Arm::best()` is AVX-512: the CPU has what the kernel enables.
-                    return unsafe { fast(x, out) };
+                if let Some(map) = avx512_map($fast, arm) {
+                    let n = x.len().min(out.len());
+                    // SAFETY: `avx512_map` checked the CPU; both slices hold n values.
+                    return unsafe { map(x.as_ptr(), out.as_mut_ptr(), n) };
                 }
                 $slice::generic(arm, x, out)
             }
-            crate::multiversion_ops! {
-                #[doc = concat!("`v[i] = ", $name, "(v[i])`.")]
-                pub fn $inplace<O>(values: &mut [f32]) {
-                    map_values!(inplace, $short, $with, O, values)
+            #[doc = concat!("`v[i] = ", $name, "(v[i])`.")]
+            pub fn $inplace(arm: crate::arch::Arm, values: &mut [f32]) {
+                if let Some(map) = avx512_map($fast, arm) {
+                    let p = values.as_mut_ptr();
+                    // SAFETY: `avx512_map` checked the CPU; the map reads each lane before writing it.
+                    return unsafe { map(p, p, values.len()) };
                 }
+                $slice::inplace(arm, values)
             }
-            crate::multiversion_ops! {
-                #[doc = concat!("The sum of `", $name, "(x[i])` in the lane order of one leaf block of")]
-                /// the pairwise sum (`x.len() <= SUM_BLOCK`): the bits of `$slice` followed
-                /// by `reduce`'s sum, the values added as they are made, never stored.
-                pub fn $sum<O>(x: &[f32]) -> f32 {
-                    map_values!(sum, $short, $with, O, x)
+            #[doc = concat!("The sum of `", $name, "(x[i])` in the lane order of one leaf block of")]
+            /// the pairwise sum (`x.len() <= SUM_BLOCK`): the bits of `$slice` followed
+            /// by `reduce`'s sum.
+            pub fn $sum(arm: crate::arch::Arm, x: &[f32]) -> f32 {
+                #[cfg(target_arch = "x86_64")]
+                if let Some(map) = avx512_map($fast, arm) {
+                    // SAFETY: `avx512_map` checked the CPU.
+                    return unsafe { avx512::leaf_sum(map, x) };
                 }
+                $slice::sum(arm, x)
             }
         )*
 
         /// Every slice kernel, by name (benchmarks and tests iterate this), with its
-        /// portable scalar and its leaf-sum kernel.
-        pub const SLICE_FUNCTIONS: &[(&str, SliceFn, fn(f32) -> f32, SumFn)] = &[$(($name, $slice, $f, $sum)),*];
+        /// portable scalar, its leaf-sum kernel and its in-place kernel.
+        pub const SLICE_FUNCTIONS: &[(&str, SliceFn, fn(f32) -> f32, SumFn, InplaceFn)] =
+            &[$(($name, $slice, $f, $sum, $inplace)),*];
     };
 }
 
-/// A slice kernel for one arm only (unsafe: the caller checked the CPU has it).
-type FastSlice = unsafe fn(&[f32], &mut [f32]);
-
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod log_avx512;
-
-/// ln's and ln_1p's AVX-512 slice kernels (`log_avx512`), where the target has them.
 #[cfg(target_arch = "x86_64")]
-const LOG_AVX512: [Option<FastSlice>; 2] = [Some(log_avx512::log_slice_avx512), Some(log_avx512::ln_1p_slice_avx512)];
+mod tanh_avx512;
+
+/// A function's hand-scheduled AVX-512 kernel, where the target has one.
+#[cfg(target_arch = "x86_64")]
+type Avx512Map = Option<avx512::Map>;
 #[cfg(not(target_arch = "x86_64"))]
-const LOG_AVX512: [Option<FastSlice>; 2] = [None, None];
+type Avx512Map = Option<unsafe fn(*const f32, *mut f32, usize)>;
+
+/// ln's, ln_1p's and tanh's AVX-512 kernels, in that order.
+#[cfg(target_arch = "x86_64")]
+const AVX512_MAPS: [Avx512Map; 3] =
+    [Some(log_avx512::log_map_avx512), Some(log_avx512::ln_1p_map_avx512), Some(tanh_avx512::tanh_map_avx512)];
+#[cfg(not(target_arch = "x86_64"))]
+const AVX512_MAPS: [Avx512Map; 3] = [None, None, None];
+
+/// `map` when `arm` runs as AVX-512 on this CPU: the kernel's features are there.
+#[inline(always)]
+fn avx512_map(map: Avx512Map, arm: crate::arch::Arm) -> Avx512Map {
+    map.filter(|_| arm.min(crate::arch::Arm::best()) == crate::arch::Arm::Avx512)
+}
 
 /// A multiversioned slice kernel: `out[i] = f(x[i])` on the given arm.
 pub type SliceFn = fn(crate::arch::Arm, &[f32], &mut [f32]);
@@ -728,13 +764,13 @@ pub type SumFn = fn(crate::arch::Arm, &[f32]) -> f32;
 
 slice_kernels![
     ("exp", exp, exp_with, exp_slice, exp_inplace, exp_sum, None, _),
-    ("log", log, log_with, log_slice, log_inplace, log_sum, LOG_AVX512[0], _),
-    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace, ln_1p_sum, LOG_AVX512[1], _),
+    ("log", log, log_with, log_slice, log_inplace, log_sum, AVX512_MAPS[0], _),
+    ("ln_1p", ln_1p, ln_1p_with, ln_1p_slice, ln_1p_inplace, ln_1p_sum, AVX512_MAPS[1], _),
     ("sin", sin, sin_with, sin_slice, sin_inplace, sin_sum, None, sin_short),
     ("cos", cos, cos_with, cos_slice, cos_inplace, cos_sum, None, cos_short),
     ("tan", tan, tan_with, tan_slice, tan_inplace, tan_sum, None, tan_short),
     ("atan", atan, atan_with, atan_slice, atan_inplace, atan_sum, None, _),
-    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace, tanh_sum, None, _),
+    ("tanh", tanh, tanh_with, tanh_slice, tanh_inplace, tanh_sum, AVX512_MAPS[2], _),
     ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace, sigmoid_sum, None, _),
     ("erf", erf, erf_with, erf_slice, erf_inplace, erf_sum, None, _),
     ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace, erfc_sum, None, _),

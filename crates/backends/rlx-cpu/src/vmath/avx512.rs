@@ -1,0 +1,48 @@
+//! What the hand-scheduled AVX-512 kernels (`log_avx512`, `tanh_avx512`) share: the loop
+//! that maps a 16-lane function over memory, and the leaf sum built on it.
+
+/// A hand-scheduled AVX-512 map: `out[i] = f(x[i])` for `i < n`; `out` may be `x` (the
+/// in-place kernel). Unsafe: the caller checked the CPU has AVX-512 F/BW/VL/DQ, AVX2 and
+/// FMA, and that `x` and `out` hold `n` values.
+pub(super) type Map = unsafe fn(*const f32, *mut f32, usize);
+
+/// Defines `$name: Map` from a 16-lane function `$f(__m512) -> __m512`: 16 values at a
+/// time, the tail through masked loads and stores.
+macro_rules! map_avx512 {
+    ($name:ident, $f:ident) => {
+        /// # Safety
+        /// AVX-512 F/BW/VL/DQ, AVX2 and FMA are available; `x` and `out` hold `n` values
+        /// (`out` may be `x`).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+        pub(super) unsafe fn $name(x: *const f32, out: *mut f32, n: usize) {
+            let mut i = 0;
+            while i + 16 <= n {
+                // SAFETY: i + 16 <= n: inside both buffers. Each lane is read before it is written.
+                unsafe { _mm512_storeu_ps(out.add(i), $f(_mm512_loadu_ps(x.add(i)))) };
+                i += 16;
+            }
+            if i < n {
+                let mask: __mmask16 = ((1u32 << (n - i)) - 1) as u16;
+                // SAFETY: the masked lanes [i, n) lie inside both buffers.
+                unsafe {
+                    let v = _mm512_maskz_loadu_ps(mask, x.add(i));
+                    _mm512_mask_storeu_ps(out.add(i), mask, $f(v));
+                }
+            }
+        }
+    };
+}
+
+/// The leaf sum of `map`'s values over `x` (at most `SUM_BLOCK` of them): the values, then
+/// the lane order of [`crate::kernels::rows::sum_map`], as the other arms' leaf sums.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ, AVX2 and FMA are available.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+pub(super) unsafe fn leaf_sum(map: Map, x: &[f32]) -> f32 {
+    let mut values = [0f32; rlx_ir::ops::reduce::SUM_BLOCK];
+    let values = &mut values[..x.len()];
+    // SAFETY: the caller checked the CPU; `values` holds x.len() values.
+    unsafe { map(x.as_ptr(), values.as_mut_ptr(), x.len()) };
+    crate::kernels::rows::sum_map(values, |v| v)
+}
