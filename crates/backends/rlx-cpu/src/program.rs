@@ -377,7 +377,9 @@ impl CpuProgram {
             let buffer = self.param_buffers[i].as_ref().expect("a locked param has a buffer");
             guards.extend(buffer.lock(&self.params[i].name)?);
         }
+        let packing_started = started.map(|_| Instant::now());
         refresh_packed(&mut self.thunks, &self.param_buffers, &self.param_written)?;
+        let packing = packing_started.map_or(Duration::ZERO, |t| t.elapsed());
         let pool = self.pool.clone();
         let (thunks, run_ends, bases) = (&self.thunks, &self.run_ends, &self.bases);
         let mut timeline = started.map(|_| Timeline::default());
@@ -410,13 +412,13 @@ impl CpuProgram {
             })
             .collect();
         if let (Some(started), Some(entered), Some(left), Some(timeline)) = (started, entered, left, timeline) {
-            self.record_profile(started, entered, left, timeline);
+            self.record_profile(started, entered, left, packing, timeline);
         }
         outputs
     }
 
     /// Adds a profiled run to [`crate::profile`]'s table.
-    fn record_profile(&self, started: Instant, entered: Instant, left: Instant, timeline: Timeline) {
+    fn record_profile(&self, started: Instant, entered: Instant, left: Instant, packing: Duration, timeline: Timeline) {
         let wall = started.elapsed();
         let inside = match (timeline.first, timeline.last) {
             (Some(first), Some(last)) => last - first,
@@ -426,7 +428,8 @@ impl CpuProgram {
         let pooled = left - entered;
         let run = crate::profile::RunTime {
             wall,
-            copies: wall.saturating_sub(pooled),
+            copies: wall.saturating_sub(pooled).saturating_sub(packing),
+            packing,
             handoff: pooled.saturating_sub(inside),
             gaps: inside.saturating_sub(kernels),
         };

@@ -35,7 +35,7 @@ fn a_profiled_run_records_each_kernel_its_work_and_the_time_around_it() {
     // Operands and result once: a, b and the product, f32.
     assert_eq!(matmul.bytes, 3.0 * 4.0 * (17 * 33 + 33 * 5 + 17 * 5) as f64);
     let kernels: std::time::Duration = step.nodes.iter().map(|n| n.time).sum();
-    let parts = kernels + step.run.gaps + step.run.handoff + step.run.copies;
+    let parts = kernels + step.run.gaps + step.run.handoff + step.run.copies + step.run.packing;
     assert!(kernels > std::time::Duration::ZERO && parts <= step.run.wall, "{parts:?} > {:?}", step.run.wall);
     let report = profile::report().unwrap();
     assert!(report.contains("profiled: 3 runs") && report.contains("matmul") && report.contains("GFLOP/s"), "{report}");
