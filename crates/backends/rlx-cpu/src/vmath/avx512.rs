@@ -1,5 +1,7 @@
 //! What the hand-scheduled AVX-512 kernels (`log_avx512`, `tanh_avx512`) share: the loop
-//! that maps a 16-lane function over memory, and the leaf sum built on it.
+//! that maps a 16-lane function over memory, the leaf sum built on it, and their tables.
+
+use std::arch::x86_64::*;
 
 /// A hand-scheduled AVX-512 map: `out[i] = f(x[i])` for `i < n`; `out` may be `x` (the
 /// in-place kernel). Unsafe: the caller checked the CPU has AVX-512 F/BW/VL/DQ, AVX2 and
@@ -45,4 +47,26 @@ pub(super) unsafe fn leaf_sum(map: Map, x: &[f32]) -> f32 {
     // SAFETY: the caller checked the CPU; `values` holds x.len() values.
     unsafe { map(x.as_ptr(), values.as_mut_ptr(), x.len()) };
     crate::kernels::rows::sum_map(values, |v| v)
+}
+
+/// A 32-entry table in two registers, the operands of `vpermt2ps`.
+#[derive(Clone, Copy)]
+pub(super) struct Table([__m512; 2]);
+
+impl Table {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    pub(super) fn load(values: &[u32; 32]) -> Table {
+        // SAFETY: both loads read 16 values inside `values`.
+        unsafe {
+            let p = values.as_ptr().cast::<f32>();
+            Table([_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))])
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    pub(super) fn get(self, index: __m512i) -> __m512 {
+        _mm512_permutex2var_ps(self.0[0], index, self.0[1])
+    }
 }

@@ -18,6 +18,7 @@
 //! Its bits differ from the AVX2 and portable arms' (each within docs/vmath.md's bound);
 //! the slice, in-place and leaf-sum kernels all take it, so one arm gives one answer.
 
+use super::avx512::Table;
 use std::arch::x86_64::*;
 
 /// The least f32 whose tanh rounds to 1.
@@ -66,28 +67,6 @@ const TANH_C5: [u32; 32] = [
     0xbf859412, 0x3f226cc7, 0x3d348c9f, 0xbc8a4949, 0xbd557aca, 0xbb05b08a, 0xbd2191e7, 0xbd85abba, 0xbd7684e2,
     0xbd5349c5, 0xbd0359f4, 0xbc1beb83, 0x3ab2143d, 0x3b962837,
 ];
-
-/// A 32-entry table in two registers, the operands of `vpermt2ps`.
-#[derive(Clone, Copy)]
-struct Table([__m512; 2]);
-
-impl Table {
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    fn load(values: &[u32; 32]) -> Table {
-        // SAFETY: both loads read 16 values inside `values`.
-        unsafe {
-            let p = values.as_ptr().cast::<f32>();
-            Table([_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))])
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    fn get(self, index: __m512i) -> __m512 {
-        _mm512_permutex2var_ps(self.0[0], index, self.0[1])
-    }
-}
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
