@@ -98,8 +98,9 @@ pub fn arm_for(dtype: DType, m: usize) -> &'static str {
         _ if dtype != DType::BF16 || m < TILED_MIN_ROWS => "convert",
         _ if f.amx_bf16 => "amx",
         // By vendor: vdpbf16ps issues at 1.6-2x the FMA rate on AMD Zen 4, at half of it
-        // on Intel Sapphire Rapids (there without AMX granted, widening to the f32 GEMM
-        // wins; Cooper Lake, the other Intel part with AVX512_BF16, is unmeasured).
+        // on Intel Sapphire / Emerald Rapids (85 vs 175 GFLOP/s a core, CPUID model 207,
+        // 2026-12-06: without AMX granted, widening to the f32 GEMM wins; Cooper Lake, the
+        // other Intel part with AVX512_BF16, is unmeasured).
         _ if f.avx512bf16 && f.has_avx512() && f.amd => "avx512-bf16",
         _ => "convert",
     }
@@ -111,7 +112,10 @@ pub fn arm_reason(dtype: DType) -> &'static str {
         "amx" => "amx (tdpbf16ps tiles: AMX granted to this process)",
         "avx512-bf16" => "avx512-bf16 (vdpbf16ps, no AMX: 1.5x the f32 GEMM on Zen 4)",
         _ if dtype == DType::F16 => "convert (widened to f32 panels for the f32 GEMM: no f16 dot instruction used)",
-        _ => "convert (widened to f32 panels for the f32 GEMM: no AMX, and no AMD AVX512_BF16)",
+        _ if features().avx512bf16 => {
+            "convert (widened to f32 panels for the f32 GEMM: no AMX, and Intel's vdpbf16ps runs at half the FMA rate)"
+        }
+        _ => "convert (widened to f32 panels for the f32 GEMM: no AMX, no AVX512_BF16)",
     }
 }
 
