@@ -161,8 +161,8 @@ if args.rust:
     print("const T_HI: [u32; 32] = [%s];" % hexes(THI))
     print("const T_LO: [u32; 32] = [%s];" % hexes(TLO))
     print("const LOG1P_P: [f32; 4] = bits([%s]);" % hexes(P))
-    print("const LN2_HI: f32 = f32::from_bits(%s);" % hexes([LN2_HI]))
-    print("const LN2_LO: f32 = f32::from_bits(%s);" % hexes([LN2_LO]))
+    print("const LN2_HI15: f32 = f32::from_bits(%s);" % hexes([LN2_HI]))
+    print("const LN2_LO15: f32 = f32::from_bits(%s);" % hexes([LN2_LO]))
 step = args.step
 worst = 0
 for x in every(2.0 ** -30, 2.0 ** 30, step):

@@ -1,8 +1,8 @@
 //! tanh on AVX-512, table-driven: a degree-5 polynomial on each of 32 intervals of |x|,
 //! its coefficients looked up with one `vpermt2ps` each, instead of the other arms'
-//! e^(2|x|) and IEEE division. 19 operations a vector against ~31 and a `vdivps` (which
-//! alone takes 10 cycles of port 0 on Intel): the division-bound form ran at 0.58-0.81x
-//! NumPy's tanh on an Intel Xeon (2026-12-05).
+//! e^(2|x|) and IEEE division. 19 operations a vector against ~31 and a `vdivps`: on Intel,
+//! whose 512-bit operations share ports 0 and 5, the rational form ran at 0.58-0.81x
+//! NumPy's tanh (2026-12-05), this one at 1.15-1.16x (2026-12-06).
 //!
 //! The intervals are read off the bits of a = |x|: bits >> 21 is the exponent and two
 //! mantissa bits, four intervals a binade over [2^-4, 16); a < 2^-4 takes interval 0
