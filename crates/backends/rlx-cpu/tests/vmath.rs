@@ -291,13 +291,54 @@ fn log_avx512_every_f32_near_its_interval_edges() {
     check_arm("ln_1p (avx512)", &out, &f64::ln_1p, &xs, Measure::Rel(6.12e-8));
 }
 
+/// gelu's AVX-512 arm looks its polynomial up by the top bits of |x| (clamped at 14.8):
+/// every f32 within 4096 ulps of each interval's edges (2^-4 * 1.25^k steps up to 16)
+/// and of the clamp, both signs, within the bound tools/vmath/gelu_table.py measured over
+/// every f32 of [-12.9, 6] (2.32e-7) where gelu is a normal f32; past 6 it is x itself,
+/// and subnormal results stay within half the least subnormal (of x/2 for tiny x), or
+/// |x|/2 + 1 of them below -12.9, where Phi(x) is subnormal.
+#[test]
+fn gelu_avx512_every_f32_near_its_interval_edges() {
+    if !Arm::available().contains(&Arm::Avx512) {
+        eprintln!("needs AVX-512: not tested on this CPU");
+        return;
+    }
+    let gelu64 = |x: f64| 0.5 * x * rlx_oracle::erfc(-x / std::f64::consts::SQRT_2);
+    let mut edges: Vec<u32> = (492u32..=524).map(|code| code << 21).collect();
+    edges.push(14.8f32.to_bits());
+    let xs: Vec<f32> =
+        edges.iter().flat_map(|&e| e - 4096..e + 4096).map(f32::from_bits).flat_map(|x| [x, -x]).collect();
+    let mut out = vec![0f32; xs.len()];
+    kernel("gelu")(Arm::Avx512, &xs, &mut out);
+    let normal: Vec<(f32, f32)> = xs.iter().copied().zip(out.iter().copied()).filter(|(x, _)| *x >= -12.9).collect();
+    let (inside, got): (Vec<f32>, Vec<f32>) = normal.iter().copied().unzip();
+    check_arm("gelu (avx512)", &got, &gelu64, &inside, Measure::Rel(2.32e-7));
+    for (&x, &y) in xs.iter().zip(&out) {
+        if x >= 6.0 {
+            assert_eq!(y.to_bits(), x.to_bits(), "gelu({x:e}) on avx512");
+        }
+        // Below -12.9 Phi(x) itself is subnormal, rounded once, then multiplied by x.
+        let want = gelu64(x as f64);
+        let ulps = if x >= -12.9 { 0.5 } else { 0.5 * x.abs() as f64 + 1.0 };
+        if want.abs() < f32::MIN_POSITIVE as f64 {
+            assert!((y as f64 - want).abs() <= ulps * 2f64.powi(-149), "gelu({x:e}) = {y:e}, oracle {want:e}");
+        }
+    }
+    let specials = [f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, f32::NAN];
+    let mut out = [0f32; 5];
+    kernel("gelu")(Arm::Avx512, &specials, &mut out);
+    let bits = |v: &[f32]| v[..4].iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&out), bits(&[f32::INFINITY, -0.0, 0.0, -0.0]), "gelu(inf, -inf, 0, -0) on avx512");
+    assert!(out[4].is_nan());
+}
+
 /// The functions whose AVX-512 arm is a table-driven kernel of its own.
-const TABLE_DRIVEN_AVX512: [&str; 3] = ["log", "ln_1p", "tanh"];
+const TABLE_DRIVEN_AVX512: [&str; 4] = ["log", "ln_1p", "tanh", "gelu"];
 
 /// The fused arms compute the same operations, so AVX-512 and AVX2 agree bit for bit
 /// where both run the auto-vectorized code, over magnitudes from subnormal to huge, both
-/// signs, the neighbourhoods of 0, 1 and -1, and the special values. ln, ln_1p and tanh
-/// are the exceptions: their AVX-512 arms are table-driven (no division), with their own
+/// signs, the neighbourhoods of 0, 1 and -1, and the special values. ln, ln_1p, tanh and
+/// gelu are the exceptions: their AVX-512 arms are table-driven (no division), with their own
 /// bits and their own tests below.
 #[test]
 fn avx512_arm_equals_the_avx2_arm_bit_for_bit() {

@@ -730,6 +730,8 @@ macro_rules! slice_kernels {
 #[macro_use]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+mod gelu_avx512;
+#[cfg(target_arch = "x86_64")]
 mod log_avx512;
 #[cfg(target_arch = "x86_64")]
 mod tanh_avx512;
@@ -740,12 +742,16 @@ type Avx512Map = Option<avx512::Map>;
 #[cfg(not(target_arch = "x86_64"))]
 type Avx512Map = Option<unsafe fn(*const f32, *mut f32, usize)>;
 
-/// ln's, ln_1p's and tanh's AVX-512 kernels, in that order.
+/// ln's, ln_1p's, tanh's and gelu's AVX-512 kernels, in that order.
 #[cfg(target_arch = "x86_64")]
-const AVX512_MAPS: [Avx512Map; 3] =
-    [Some(log_avx512::log_map_avx512), Some(log_avx512::ln_1p_map_avx512), Some(tanh_avx512::tanh_map_avx512)];
+const AVX512_MAPS: [Avx512Map; 4] = [
+    Some(log_avx512::log_map_avx512),
+    Some(log_avx512::ln_1p_map_avx512),
+    Some(tanh_avx512::tanh_map_avx512),
+    Some(gelu_avx512::gelu_map_avx512),
+];
 #[cfg(not(target_arch = "x86_64"))]
-const AVX512_MAPS: [Avx512Map; 3] = [None, None, None];
+const AVX512_MAPS: [Avx512Map; 4] = [None, None, None, None];
 
 /// `map` when `arm` runs as AVX-512 on this CPU: the kernel's features are there.
 #[inline(always)]
@@ -774,7 +780,7 @@ slice_kernels![
     ("sigmoid", sigmoid, sigmoid_with, sigmoid_slice, sigmoid_inplace, sigmoid_sum, None, _),
     ("erf", erf, erf_with, erf_slice, erf_inplace, erf_sum, None, _),
     ("erfc", erfc, erfc_with, erfc_slice, erfc_inplace, erfc_sum, None, _),
-    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace, gelu_sum, None, _),
+    ("gelu", gelu, gelu_with, gelu_slice, gelu_inplace, gelu_sum, AVX512_MAPS[3], _),
     ("gelu_tanh", gelu_tanh, gelu_tanh_with, gelu_tanh_slice, gelu_tanh_inplace, gelu_tanh_sum, None, _),
     ("silu", silu, silu_with, silu_slice, silu_inplace, silu_sum, None, _),
     ("softplus", softplus, softplus_with, softplus_slice, softplus_inplace, softplus_sum, None, _),
