@@ -484,6 +484,10 @@ mod half16 {
 
         /// `scores[h * keys + j] = (q_h . k_j) * scale` for the `q.len() / d` query rows;
         /// V's rows (`v`, rows of `dv`) are prefetched as K's are read, for the weighted sum.
+        /// Each (head, key) leaves its 16 lane sums; those of 16 keys are then reduced
+        /// together ([`lane_sums`]): ~3 operations a dot where reducing each key's alone took
+        /// ~10 in a 24-cycle chain. A K/V head of 80 keys and 3 query heads, 1.30-1.36 ->
+        /// 0.93 us (Intel Xeon, model 207); a SmolLM2 step's attention call 6.5-8.2 -> 5.6-6.6 us.
         ///
         /// # Safety
         /// The host has AVX-512 F/DQ and F16C; `d` is a multiple of 16; `k` holds whole rows
@@ -499,40 +503,78 @@ mod half16 {
             scores: &mut [f32],
         ) {
             let (heads, keys) = (q.len() / d, k.len() / d);
+            // Per head, the lane sums of a block's keys (lanes past a short block's keys
+            // hold stale values, reduced into lanes the store leaves out).
+            let mut lanes = [[_mm512_setzero_ps(); 16]; HEADS];
             // SAFETY (whole body): reads stay in rows of `q` and `k`, writes in `scores`.
             unsafe {
                 for j in 0..PREFETCH_ROWS.min(keys) {
                     prefetch_row(k.as_ptr().add(j * d), d);
                 }
-                for j in 0..keys {
-                    let row = k.as_ptr().add(j * d) as *const __m256i;
-                    prefetch_row(k.as_ptr().wrapping_add((j + PREFETCH_ROWS) * d), d);
-                    prefetch_row(v.as_ptr().wrapping_add(j * dv), dv);
-                    let mut acc = [_mm512_setzero_ps(); HEADS];
-                    for c in 0..d / 16 {
-                        let kc = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(c)));
-                        for (h, acc) in acc.iter_mut().enumerate().take(heads) {
-                            let qc = _mm512_loadu_ps(q.as_ptr().add(h * d + c * 16));
-                            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(qc, kc));
+                for j0 in (0..keys).step_by(16) {
+                    let n = (keys - j0).min(16);
+                    for (i, j) in (j0..j0 + n).enumerate() {
+                        let row = k.as_ptr().add(j * d) as *const __m256i;
+                        prefetch_row(k.as_ptr().wrapping_add((j + PREFETCH_ROWS) * d), d);
+                        prefetch_row(v.as_ptr().wrapping_add(j * dv), dv);
+                        let mut acc = [_mm512_setzero_ps(); HEADS];
+                        for c in 0..d / 16 {
+                            let kc = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(c)));
+                            for (h, acc) in acc.iter_mut().enumerate().take(heads) {
+                                let qc = _mm512_loadu_ps(q.as_ptr().add(h * d + c * 16));
+                                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(qc, kc));
+                            }
+                        }
+                        for (h, &acc) in acc.iter().enumerate().take(heads) {
+                            lanes[h][i] = acc;
                         }
                     }
-                    for (h, &acc) in acc.iter().enumerate().take(heads) {
-                        *scores.get_unchecked_mut(h * keys + j) = (lane_sum(acc) + 0.0) * scale;
+                    let keep: __mmask16 = if n == 16 { !0 } else { (1u16 << n) - 1 };
+                    for (h, lanes) in lanes.iter().enumerate().take(heads) {
+                        let dots = _mm512_add_ps(lane_sums(lanes), _mm512_setzero_ps());
+                        let out = scores.as_mut_ptr().add(h * keys + j0);
+                        _mm512_mask_storeu_ps(out, keep, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
                     }
                 }
             }
         }
 
-        /// [`super::super::lane_sum`] on a vector: lane `l` plus lane `l + 8`, then `+ 4`,
-        /// then `(0 + 2) + (1 + 3)`.
+        /// Lane j: [`super::super::lane_sum`] of `a[j]` (lane `l` plus lane `l + 8`, then
+        /// `+ 4`, then `(0 + 2) + (1 + 3)`), the same additions, 16 vectors at a time: each
+        /// stage adds the two halves of every key's remaining lanes, two keys' halves a
+        /// vector (stage 1: 256-bit halves, stage 2: 128-bit, stages 3 and 4 within 128-bit
+        /// lanes), and a permutation puts key j in lane j.
         #[inline(always)]
-        unsafe fn lane_sum(acc: __m512) -> f32 {
-            // SAFETY: the caller has AVX-512 F/DQ.
+        unsafe fn lane_sums(a: &[__m512; 16]) -> __m512 {
+            // SAFETY: the caller has AVX-512 F.
             unsafe {
-                let half = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps::<1>(acc));
-                let quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps::<1>(half));
-                let pairs = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-                _mm_cvtss_f32(_mm_add_ss(pairs, _mm_shuffle_ps::<0b01>(pairs, pairs)))
+                // [x's lanes 0-7 + 8-15, y's lanes 0-7 + 8-15].
+                let s1: [__m512; 8] = std::array::from_fn(|i| {
+                    let (x, y) = (a[2 * i], a[2 * i + 1]);
+                    _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<0b01_00_01_00>(x, y),
+                        _mm512_shuffle_f32x4::<0b11_10_11_10>(x, y),
+                    )
+                });
+                // Keys 4i..4i + 4, 4 lanes each: lanes 0-3 + 4-7.
+                let s2: [__m512; 4] = std::array::from_fn(|i| {
+                    let (x, y) = (s1[2 * i], s1[2 * i + 1]);
+                    _mm512_add_ps(
+                        _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
+                        _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
+                    )
+                });
+                // 128-bit lane m: keys 8i + m and 8i + 4 + m, (0 + 2) and (1 + 3) each.
+                let s3: [__m512; 2] = std::array::from_fn(|i| {
+                    let (x, y) = (s2[2 * i], s2[2 * i + 1]);
+                    _mm512_add_ps(_mm512_shuffle_ps::<0b01_00_01_00>(x, y), _mm512_shuffle_ps::<0b11_10_11_10>(x, y))
+                });
+                // 128-bit lane m: keys m, 4 + m, 8 + m, 12 + m.
+                let (x, y) = (s3[0], s3[1]);
+                let sums =
+                    _mm512_add_ps(_mm512_shuffle_ps::<0b10_00_10_00>(x, y), _mm512_shuffle_ps::<0b11_01_11_01>(x, y));
+                let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+                _mm512_permutexvar_ps(order, sums)
             }
         }
 
