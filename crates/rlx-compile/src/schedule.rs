@@ -2,8 +2,11 @@
 //! Unlike the IR, a step may read and write several values, and its kernel may be a fused
 //! one (see `fusion`). Backends execute schedules; the memory planner places their values.
 
+use rlx_ir::quant::QuantScheme;
 use rlx_ir::shape::{fmt_type, numel};
-use rlx_ir::{BinaryOp, CompareOp, DType, Error, F32Attr, Graph, HostTensor, NodeId, Op, ReduceOp, Result, Unary};
+use rlx_ir::{
+    ActivationQuant, BinaryOp, CompareOp, DType, Error, F32Attr, Graph, HostTensor, NodeId, Op, ReduceOp, Result, Unary,
+};
 
 /// Index of a value in `Schedule::values`.
 pub type ValueId = usize;
@@ -86,6 +89,9 @@ pub enum Kernel {
     SwiGlu,
     /// `(x @ wu) * silu(x @ wg)`: inputs x, wg, wu; one output; one temp (x @ wg).
     SwiGluMatMul,
+    /// [`Kernel::SwiGluMatMul`] with block-quantized weights (`DequantMatMul`'s `x @ W^T`):
+    /// inputs x, wg, wu; one output; one temp (the gate product).
+    SwiGluDequant { gate: QuantScheme, up: QuantScheme, activations: ActivationQuant },
     /// Norm of `a + b` over the last axis: inputs a, b, then gamma, beta as flagged;
     /// outputs the norm and, with `emit_sum`, the sum.
     AddNorm { rms: bool, eps: F32Attr, gamma: bool, beta: bool, emit_sum: bool },
@@ -114,6 +120,7 @@ impl Kernel {
             },
             Kernel::SwiGlu => "swiglu".into(),
             Kernel::SwiGluMatMul => "swiglu (two matmuls)".into(),
+            Kernel::SwiGluDequant { .. } => "swiglu (two quantized matmuls)".into(),
             Kernel::AddNorm { rms, .. } => format!("add+{}", if *rms { "rms_norm" } else { "layer_norm" }),
             Kernel::RmsNormMulSilu { .. } => "rms_norm*silu".into(),
             Kernel::L2Norm { .. } => "l2_norm".into(),

@@ -60,6 +60,7 @@ enum Kernel {
     MatMulBias { plan: matmul::MatMulPlan, act: Option<Unary> },
     SwiGlu,
     SwiGluMatMul(matmul::MatMulPlan),
+    SwiGluDequant(Box<[quant_matmul::QuantMatMulPlan; 2]>),
     AddNorm { rms: bool, eps: f32, len: usize, gamma: bool, beta: bool },
     RmsNormMulSilu { eps: f32, len: usize, gamma: bool },
     L2Norm { eps: f32, rsqrt: bool, len: usize },
@@ -450,15 +451,29 @@ fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], w
         }
         param_buffers.get(slot.base - 1)?.as_ref()
     };
+    // A quantized product reading its weight from `w`.
+    let repack = |plan: &mut quant_matmul::QuantMatMulPlan, w: &TSlot| -> Result<()> {
+        let repacked = plan.activations != rlx_ir::ActivationQuant::F32
+            && crate::kernels::q8_packed::available(plan.scheme, crate::features::Arm::best());
+        plan.packed = match buffer_of(w) {
+            Some(buffer) if repacked => Some(buffer.q8_packed(plan.scheme, plan.n, plan.k)?),
+            _ => None,
+        };
+        Ok(())
+    };
     for t in thunks {
-        if let Kernel::DequantMatMul(plan) = &mut t.kernel {
-            let repacked = plan.activations != rlx_ir::ActivationQuant::F32
-                && crate::kernels::q8_packed::available(plan.scheme, crate::features::Arm::best());
-            plan.packed = match buffer_of(&t.ins[1]) {
-                Some(buffer) if repacked => Some(buffer.q8_packed(plan.scheme, plan.n, plan.k)?),
-                _ => None,
-            };
-            continue;
+        match &mut t.kernel {
+            Kernel::DequantMatMul(plan) => {
+                repack(plan, &t.ins[1])?;
+                continue;
+            }
+            Kernel::SwiGluDequant(plans) => {
+                let [gate, up] = &mut **plans;
+                repack(gate, &t.ins[1])?;
+                repack(up, &t.ins[2])?;
+                continue;
+            }
+            _ => {}
         }
         let (plan, weights): (&mut matmul::MatMulPlan, &[usize]) = match &mut t.kernel {
             Kernel::MatMul(p) | Kernel::MatMulBias { plan: p, .. } => (p, &[1]),
@@ -501,6 +516,7 @@ fn work(t: &Thunk, ins: &Args) -> (f64, f64) {
     match &t.kernel {
         Kernel::MatMul(p) | Kernel::MatMulBias { plan: p, .. } | Kernel::SwiGluMatMul(p) => (p.flops(), touched),
         Kernel::DequantMatMul(p) => (2.0 * (p.m * p.k * p.n) as f64, touched),
+        Kernel::SwiGluDequant(p) => (4.0 * (p[0].m * p[0].k * p[0].n) as f64, touched),
         Kernel::Conv2d { geometry: g, groups }
         | Kernel::Conv2dGradInput { geometry: g, groups }
         | Kernel::Conv2dGradWeight { geometry: g, groups } => {
@@ -600,8 +616,9 @@ fn execute_one(t: &Thunk, bases: &[BufPtr]) -> Result<()> {
 /// - single-query attention (a batched decode step's, one per sequence: ~9 us on SmolLM2,
 ///   below `attention`'s parallel threshold);
 /// - quantized products of up to 8 activation rows (a decode step's Q, K and V
-///   projections, its gate and up, for one sequence or a batch of up to 8: a split of one
-///   costs ~3-5 us of hand-off, on 2 threads as much as a 192-row product takes on one).
+///   projections, for one sequence or a batch of up to 8: a split of one costs ~3-5 us of
+///   hand-off, on 2 threads as much as a 192-row product takes on one; its gate and up
+///   are one fused kernel, which splits its columns itself).
 ///
 /// Each call computes what it computes alone: the bits do not change.
 fn side_by_side(thunks: &[Thunk]) -> Vec<usize> {
@@ -679,6 +696,11 @@ fn resolve(
         }
         StepKernel::SwiGlu => Kernel::SwiGlu,
         StepKernel::SwiGluMatMul => Kernel::SwiGluMatMul(matmul_plan(ins, out, (false, false), threads)),
+        StepKernel::SwiGluDequant { gate, up, activations } => {
+            let plan =
+                |w: usize, scheme| quant_matmul::QuantMatMulPlan::new(dims(0), dims(w), scheme, *activations, threads);
+            Kernel::SwiGluDequant(Box::new([plan(1, *gate), plan(2, *up)]))
+        }
         StepKernel::MatMulT { ta, tb } => Kernel::MatMul(matmul_plan(ins, out, (*ta, *tb), threads)),
         StepKernel::AddNorm { rms, eps, gamma, beta, .. } => {
             Kernel::AddNorm { rms: *rms, eps: eps.0, len: last(0), gamma: *gamma, beta: *beta }
@@ -858,6 +880,7 @@ fn execute(t: &Thunk, ins: &Args, out: &mut Out) -> Result<()> {
         Kernel::MatMulBias { plan, act } => fused::matmul_bias(plan, *act, arm, ins, out),
         Kernel::SwiGlu => fused::swiglu(arm, ins, out),
         Kernel::SwiGluMatMul(p) => fused::swiglu_matmul(p, arm, ins, out),
+        Kernel::SwiGluDequant(p) => fused::swiglu_dequant(p, arm, ins, out),
         Kernel::AddNorm { rms, eps, len, gamma, beta } => {
             fused::add_norm(*rms, *eps, *len, *gamma, *beta, arm, ins, out)
         }

@@ -186,32 +186,35 @@ pub fn swiglu(s: &mut Schedule, _: &FusionLimits, log: &mut Vec<String>) -> Resu
             log.push(format!("{anchor}: declined, {why}"));
             continue;
         }
-        // Two matmuls sharing their left operand, each read only here.
-        let two = match (f.producer_op(s, gate), f.producer_op(s, up)) {
-            (Some((gs, Op::MatMul)), Some((us, Op::MatMul))) => {
-                let (gi, ui) = (&s.steps[gs].inputs, &s.steps[us].inputs);
-                let plain = s.values[gi[1]].dims.len() == 2 && s.values[ui[1]].dims.len() == 2;
-                let mut w = window.clone();
-                w.extend([gs, us]);
-                (gi[0] == ui[0]
-                    && plain
-                    && f.absorb_blocker(s, gate, &w).is_none()
-                    && f.absorb_blocker(s, up, &w).is_none())
-                .then_some((gs, us, gi[0], gi[1], ui[1]))
-            }
-            _ => None,
+        // Two matmuls (plain, or both of quantized weights with the same activations)
+        // sharing their left operand, each read only here.
+        let product = |(gs, gop): (usize, &Op), (us, uop): (usize, &Op)| {
+            let kernel = match (gop, uop) {
+                (Op::MatMul, Op::MatMul) => Kernel::SwiGluMatMul,
+                (
+                    Op::DequantMatMul { scheme: gate, activations },
+                    Op::DequantMatMul { scheme: up, activations: up_activations },
+                ) if activations == up_activations => {
+                    Kernel::SwiGluDequant { gate: *gate, up: *up, activations: *activations }
+                }
+                _ => return None,
+            };
+            let (gi, ui) = (&s.steps[gs].inputs, &s.steps[us].inputs);
+            let plain = s.values[gi[1]].dims.len() == 2 && s.values[ui[1]].dims.len() == 2;
+            let mut w = window.clone();
+            w.extend([gs, us]);
+            (gi[0] == ui[0]
+                && plain
+                && f.absorb_blocker(s, gate, &w).is_none()
+                && f.absorb_blocker(s, up, &w).is_none())
+            .then_some((kernel, gs, us, gi[0], gi[1], ui[1]))
         };
-        let step = if let Some((gs, us, x, wg, wu)) = two {
+        let two = f.producer_op(s, gate).zip(f.producer_op(s, up)).and_then(|(g, u)| product(g, u));
+        let step = if let Some((kernel, gs, us, x, wg, wu)) = two {
             window.extend([gs, us]);
             extra_values.push((matches.len(), gate));
             log.push(format!("{anchor}: fused swiglu with both matmuls"));
-            Step {
-                kernel: Kernel::SwiGluMatMul,
-                inputs: vec![x, wg, wu],
-                outputs: vec![out],
-                temps: Vec::new(),
-                nodes: Vec::new(),
-            }
+            Step { kernel, inputs: vec![x, wg, wu], outputs: vec![out], temps: Vec::new(), nodes: Vec::new() }
         } else {
             log.push(format!("{anchor}: fused swiglu"));
             Step {

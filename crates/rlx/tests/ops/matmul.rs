@@ -396,3 +396,67 @@ fn repacked_quantized_weights_follow_every_change() {
         assert!(bits(&mut b) == want[1], "{}: rebound", scheme.name());
     }
 }
+
+/// `(x @ Wu^T) * silu(x @ Wg^T)` with quantized weights fuses into one kernel (x quantized
+/// once, each column chunk's gate, up and SwiGLU on one worker where both weights take the
+/// repacked VNNI kernels; the two products then the SwiGLU elsewhere) and gives the bits
+/// of the products apart followed by the fused SwiGLU: schemes alike and mixed, ones without repacked kernels, 8-bit,
+/// 16-bit and f32 activations, 1 to 17 rows, 1 and 2 threads, widths not a multiple of 16.
+#[test]
+fn quantized_swiglu_fuses_with_the_same_bits() {
+    let (k, n) = (96, 40);
+    let mut rng = Rng::new(57);
+    let pairs = [
+        (QuantScheme::Q4_1, QuantScheme::Q4_1),
+        (QuantScheme::Q4_0, QuantScheme::Q8_0),
+        (QuantScheme::Q5_0, QuantScheme::Q4_1),
+        (QuantScheme::Q4K, QuantScheme::Q6K),
+    ];
+    for (gate_scheme, up_scheme) in pairs {
+        let (k, n) = if gate_scheme == QuantScheme::Q4K { (256, 24) } else { (k, n) };
+        let weight = |rng: &mut Rng, scheme: QuantScheme| {
+            let w: Vec<f32> = (0..n * k).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+            HostTensor::from_bytes(
+                DType::U8,
+                &[n, scheme.row_bytes(k).unwrap()],
+                rlx::ir::quant::quantize(scheme, &w).unwrap(),
+            )
+            .unwrap()
+        };
+        let (wg, wu) = (weight(&mut rng, gate_scheme), weight(&mut rng, up_scheme));
+        for activations in [ActivationQuant::Q8, ActivationQuant::Q16, ActivationQuant::F32] {
+            for m in [1, 3, 8, 17] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+                // With the gate product also an output, the products stay apart and only
+                // the SwiGLU fuses: the kernels as they were before this fusion.
+                let run = |products_apart: bool, threads: usize| {
+                    let mut g = Graph::new("quantized_swiglu");
+                    let xi = g.input("x", DType::F32, &[m, k]).unwrap();
+                    let wgi = g.param("wg", DType::U8, wg.dims()).unwrap();
+                    let wui = g.param("wu", DType::U8, wu.dims()).unwrap();
+                    let gate = g.dequant_matmul(xi, wgi, gate_scheme, activations).unwrap();
+                    let up = g.dequant_matmul(xi, wui, up_scheme, activations).unwrap();
+                    let act = g.unary(Unary::Silu, gate).unwrap();
+                    let y = g.mul(act, up).unwrap();
+                    let outputs = if products_apart { vec![y, gate] } else { vec![y] };
+                    g.set_outputs(&outputs).unwrap();
+                    let options = CompileOptions::default().with_threads(threads);
+                    let plan = rlx::compile::compile(&g, &rlx::compile::Target::CPU, &options).unwrap();
+                    let kernels: Vec<_> = plan.schedule.steps.iter().map(|s| s.kernel.clone()).collect();
+                    let fused = kernels.iter().any(|k| matches!(k, rlx::compile::Kernel::SwiGluDequant { .. }));
+                    assert_eq!(fused, !products_apart, "{kernels:?}");
+                    let mut c = Session::new(Device::Cpu).unwrap().compile_with(&g, &options).unwrap();
+                    c.set_param_typed("wg", &wg).unwrap();
+                    c.set_param_typed("wu", &wu).unwrap();
+                    c.run(&[("x", &x)]).unwrap()[0].iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                };
+                let want = run(true, 1);
+                let what = format!("{} x {} {activations:?} m {m}", gate_scheme.name(), up_scheme.name());
+                assert!(want.iter().any(|&b| f32::from_bits(b) != 0.0), "{what}: all zero");
+                for threads in [1, 2] {
+                    assert!(run(false, threads) == want, "{what}, {threads} threads: fused differs");
+                }
+            }
+        }
+    }
+}

@@ -6,6 +6,7 @@
 
 use super::elementwise::unary_f32_inplace;
 use super::matmul::{MatMulPlan, product_into};
+use super::quant_matmul::{self, QuantMatMulPlan};
 use super::rows;
 use crate::arena::{Args, Out};
 use crate::features::Arm;
@@ -48,6 +49,13 @@ pub fn swiglu_matmul(plan: &MatMulPlan, arm: Arm, ins: &Args, out: &mut Out) -> 
     product_into(plan, ins, (0, 2), o)?;
     par_chunks(o, |start, chunk| rows::swiglu_inplace(arm, &gate[start..start + chunk.len()], chunk));
     Ok(())
+}
+
+/// `(x @ Wu^T) * silu(x @ Wg^T)` over quantized weights; output 1 is the planner's scratch
+/// for the gate product.
+pub fn swiglu_dequant([gate, up]: &[QuantMatMulPlan; 2], arm: Arm, ins: &Args, out: &mut Out) -> Result<()> {
+    let (o, g) = out.pair::<f32>(0, 1)?;
+    quant_matmul::swiglu_dequant_into((gate, up), arm, ins.get(0)?, (ins.get(1)?, ins.get(2)?), g, o)
 }
 
 /// Splits two equal-length row-major buffers into row groups processed in parallel.

@@ -19,6 +19,11 @@
 //!   decoded to f32 at a time, then the packed f32 GEMM over all `m` rows, so each
 //!   decoded weight is used `m` times.
 //!
+//! A SwiGLU's gate and up products over one `x` (`swiglu_dequant_into`) quantize `x` once
+//! and compute each column chunk's gate, up and `up * silu(gate)` on one worker: SmolLM2's
+//! 8-row decode step, 1 thread, 491.8-496.5 -> 539.6-543.8 tok/s (Intel Xeon, model 207),
+//! where the two products ran side by side on one worker each and the SwiGLU after them.
+//!
 //! Threads split output columns (whole weight rows); every output element is computed as
 //! on one thread, so results are bit-identical for any thread count. Arms may differ in
 //! the last bits (lane order of the f32 sums); each is checked against an f64 oracle.
@@ -107,6 +112,78 @@ pub fn dequant_matmul(p: &QuantMatMulPlan, arm: Arm, ins: &Args, out: &mut Out) 
 /// `out [m, n] = x [m, k] @ W^T` for the `n` weight rows packed in `w`, on `arm` (capped at
 /// what the host has) and the current pool's threads.
 pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) -> Result<()> {
+    check_operands(p, x, w, out)?;
+    let arm = arm.min(Arm::best());
+    if p.m == 0 || p.n == 0 {
+        return Ok(());
+    }
+    match p.activations {
+        ActivationQuant::Q8 => q8_matmul(p, arm, x, w, out),
+        ActivationQuant::Q16 => q16_matmul(p, arm, x, w, out),
+        ActivationQuant::F32 => f32_matmul(p, arm, x, w, out),
+    }
+    Ok(())
+}
+
+/// `out = (x @ Wu^T) * silu(x @ Wg^T)` (`gate` receives `x @ Wg^T`), the products of
+/// `gate_plan` and `up_plan` over the same `x`. With 8-bit activations and both weights on
+/// `q8_packed`, `x` is quantized once and each column chunk computes its gate and up
+/// columns and their SwiGLU on one worker; otherwise the two products, then the SwiGLU.
+/// Each value is computed as `dequant_matmul_into` and the unfused SwiGLU compute it
+/// (`up * silu(gate)` per element): the same bits either way.
+pub fn swiglu_dequant_into(
+    (gate_plan, up_plan): (&QuantMatMulPlan, &QuantMatMulPlan),
+    arm: Arm,
+    x: &[f32],
+    (wg, wu): (&[u8], &[u8]),
+    gate: &mut [f32],
+    out: &mut [f32],
+) -> Result<()> {
+    check_operands(gate_plan, x, wg, gate)?;
+    check_operands(up_plan, x, wu, out)?;
+    let arm = arm.min(Arm::best());
+    let fused = up_plan.activations == ActivationQuant::Q8
+        && gate_plan.activations == ActivationQuant::Q8
+        && q8_packed::available(gate_plan.scheme, arm)
+        && q8_packed::available(up_plan.scheme, arm)
+        && (gate_plan.m, gate_plan.k, gate_plan.n) == (up_plan.m, up_plan.k, up_plan.n);
+    if !fused {
+        dequant_matmul_into(gate_plan, arm, x, wg, gate)?;
+        dequant_matmul_into(up_plan, arm, x, wu, out)?;
+        crate::threads::par_chunks(out, |start, chunk| {
+            super::rows::swiglu_inplace(arm, &gate[start..start + chunk.len()], chunk)
+        });
+        return Ok(());
+    }
+    let (m, n) = (up_plan.m, up_plan.n);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let gates = super::SharedOut::new(gate);
+    with_q8_rows(up_plan, arm, x, Layout::Natural, |rows| {
+        with_packed(gate_plan, wg, |gate_weights| {
+            with_packed(up_plan, wu, |up_weights| {
+                par_column_chunks(up_plan, out, |j0, outs| {
+                    let len = outs[0].len();
+                    // SAFETY: `gate` holds m * n elements (checked); columns j0..j0 + len of
+                    // each row belong to this chunk alone, as in `out`.
+                    let mut gate_rows: Vec<&mut [f32]> =
+                        (0..m).map(|i| unsafe { std::slice::from_raw_parts_mut(gates.at(i * n + j0), len) }).collect();
+                    q8_packed::dot_groups(gate_weights, arm, j0 / q8_packed::ROWS, rows, &mut gate_rows);
+                    q8_packed::dot_groups(up_weights, arm, j0 / q8_packed::ROWS, rows, outs);
+                    for (g, o) in gate_rows.iter().zip(outs.iter_mut()) {
+                        super::rows::swiglu_inplace(arm, g, o);
+                    }
+                })
+            })
+        })
+    });
+    Ok(())
+}
+
+/// `x`, `w` and `out` have the sizes of `p`'s product, and its activations can be
+/// quantized.
+fn check_operands(p: &QuantMatMulPlan, x: &[f32], w: &[u8], out: &[f32]) -> Result<()> {
     if x.len() != p.m * p.k || w.len() != p.n * p.row_bytes() || out.len() != p.m * p.n {
         return Err(Error::internal(format!(
             "dequant_matmul: x {} / w {} bytes / out {} elements do not match [m {}, k {}] x [n {}] {}",
@@ -121,15 +198,6 @@ pub fn dequant_matmul_into(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], o
     }
     if p.activations != ActivationQuant::F32 && !p.k.is_multiple_of(Q8_BLOCK) {
         return Err(Error::shape(format!("{:?} activations need k a multiple of 32, got {}", p.activations, p.k)));
-    }
-    let arm = arm.min(Arm::best());
-    if p.m == 0 || p.n == 0 {
-        return Ok(());
-    }
-    match p.activations {
-        ActivationQuant::Q8 => q8_matmul(p, arm, x, w, out),
-        ActivationQuant::Q16 => q16_matmul(p, arm, x, w, out),
-        ActivationQuant::F32 => f32_matmul(p, arm, x, w, out),
     }
     Ok(())
 }
@@ -284,10 +352,28 @@ pub fn quantize_kernel(arm: Arm) -> QuantizeFn {
 }
 
 fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
-    let (m, k) = (p.m, p.k);
-    let nb = k / Q8_BLOCK;
     let packed = q8_packed::available(p.scheme, arm);
     let layout = if packed { Layout::Natural } else { layout_for(p.scheme) };
+    with_q8_rows(p, arm, x, layout, |rows| {
+        if packed {
+            // Chunks are whole multiples of 16 columns (`column_chunks`): whole groups.
+            return with_packed(p, w, |weights| {
+                par_column_chunks(p, out, |j0, outs| {
+                    q8_packed::dot_groups(weights, arm, j0 / q8_packed::ROWS, rows, outs)
+                })
+            });
+        }
+        let rb = p.row_bytes();
+        let dot = dot_kernel(p.scheme, arm);
+        par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o))
+    })
+}
+
+/// `f` of `x`'s `m` rows quantized to 8 bits in `layout` (in this thread's scratch), with
+/// the scaled sums `p.scheme`'s dot kernels take.
+fn with_q8_rows<R>(p: &QuantMatMulPlan, arm: Arm, x: &[f32], layout: Layout, f: impl FnOnce(&[Q8Row]) -> R) -> R {
+    let (m, k) = (p.m, p.k);
+    let nb = k / Q8_BLOCK;
     let c = ds_factor(p.scheme);
     // Scratch: the m quantized rows (k bytes each) after 4 * m * nb floats of scales.
     let floats = 4 * m * nb + (m * k).div_ceil(4);
@@ -307,7 +393,6 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
             ds.copy_from_slice(&[d, c * s]);
         }
         let (q, d, s, ds) = (&*q, &*d, &*s, &*ds);
-        let rb = p.row_bytes();
         let rows: Vec<Q8Row> = (0..m)
             .map(|i| Q8Row {
                 q: &q[i * k..][..k],
@@ -316,16 +401,7 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
                 ds: &ds[2 * i * nb..][..2 * nb],
             })
             .collect();
-        if packed {
-            // Chunks are whole multiples of 16 columns (`column_chunks`): whole groups.
-            return with_packed(p, w, |weights| {
-                par_column_chunks(p, out, |j0, outs| {
-                    q8_packed::dot_groups(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
-                })
-            });
-        }
-        let dot = dot_kernel(p.scheme, arm);
-        par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o))
+        f(&rows)
     })
 }
 
