@@ -148,8 +148,16 @@ pub fn swiglu_dequant_into(
         && q8_packed::available(up_plan.scheme, arm)
         && (gate_plan.m, gate_plan.k, gate_plan.n) == (up_plan.m, up_plan.k, up_plan.n);
     if !fused {
-        dequant_matmul_into(gate_plan, arm, x, wg, gate)?;
-        dequant_matmul_into(up_plan, arm, x, wu, out)?;
+        // A few rows: the two products side by side, one worker each, as the program runs
+        // independent few-row products (splitting each costs more in hand-offs).
+        if up_plan.m <= 8 && crate::threads::current() > 1 {
+            let inline = |p, w, o| crate::threads::inline(|| dequant_matmul_into(p, arm, x, w, o));
+            let (g, u) = rayon::join(|| inline(gate_plan, wg, gate), || inline(up_plan, wu, &mut *out));
+            g.and(u)?;
+        } else {
+            dequant_matmul_into(gate_plan, arm, x, wg, gate)?;
+            dequant_matmul_into(up_plan, arm, x, wu, out)?;
+        }
         crate::threads::par_chunks(out, |start, chunk| {
             super::rows::swiglu_inplace(arm, &gate[start..start + chunk.len()], chunk)
         });
