@@ -22,7 +22,7 @@
 //! A SwiGLU's gate and up products over one `x` (`swiglu_dequant_into`) quantize `x` once
 //! and compute each column chunk's gate, up and `up * silu(gate)` on one worker: SmolLM2's
 //! 8-row decode step, 1 thread, 491.8-496.5 -> 539.6-543.8 tok/s (Intel Xeon, model 207),
-//! where the two products ran side by side on one worker each and the SwiGLU after them.
+//! where each product quantized `x` and the SwiGLU read both products back.
 //!
 //! Threads split output columns (whole weight rows); every output element is computed as
 //! on one thread, so results are bit-identical for any thread count. Arms may differ in
