@@ -35,12 +35,10 @@ import numpy as np
 from scipy.special import erfc, erfcx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit import lin_minimax, cheb_nodes  # noqa: E402
+from fit import cheb_nodes  # noqa: E402
+from intervals import F, INTERVALS, f32_bits, f32_from_bits, fit_rest, fma32, interval, poly, print_rust  # noqa: E402
 
 mp.mp.dps = 40
-F = np.float32
-FIRST_CODE = 0x3D800000 >> 21  # 2^-4: bits >> 21 = 492
-INTERVALS = 32
 # Past XMAX, Q(a) < 2^-160 whatever g: gelu is x or -0 (and e^-104 underflows anyway).
 XMAX = float(F(14.8))
 # The bound's domain, as docs/vmath.md states it: Phi(x) normal from -12.9 on; from
@@ -50,7 +48,7 @@ LOW, HIGH = -12.9, 6.0
 
 
 def bits32(b):
-    return np.array([b], dtype=np.uint32).view(np.float32)[0]
+    return F(f32_from_bits(b))
 
 
 # The exp constants of crates/backends/rlx-cpu/src/vmath/mod.rs.
@@ -62,23 +60,9 @@ EXP_LO = F(-104.0)
 EXP_P = [bits32(b) for b in (0x3EFFFFFC, 0x3E2AAA47, 0x3D2AADCC, 0x3C091DED, 0x3AB428B4)]
 
 
-def f32_from_bits(b):
-    return float(np.array([b], dtype=np.uint32).view(np.float32)[0])
-
-
-def f32_bits(v):
-    return int(np.array([v], dtype=np.float32).view(np.uint32)[0])
-
-
 def g_mp(a):
     a = mp.mpf(a)
     return mp.erfc(a / mp.sqrt(2)) * mp.exp(a * a / 2) / 2
-
-
-def interval(j):
-    lo = 0.0 if j == 0 else f32_from_bits((FIRST_CODE + j) << 21)
-    hi = f32_from_bits((FIRST_CODE + j + 1) << 21)
-    return lo, hi
 
 
 def best_center(lo, hi):
@@ -95,21 +79,11 @@ def best_center(lo, hi):
 
 def fit_interval(j, degree):
     lo, hi = interval(j)
-    hi = min(hi, XMAX)
-    if lo >= XMAX:
-        return lo, [float(F(g_mp(lo)))] + [0.0] * degree, 0.0
+    hi = min(hi, XMAX)  # the last interval, [14, 16), is clamped at XMAX
     b = best_center(lo, hi) if j > 0 else 0.0
     a = cheb_nodes(lo, hi, 600)
     tgt = np.array([float(g_mp(v)) for v in a])
-    c = [float(F(g_mp(b)))]
-    t = a - b
-    w = 1.0 / tgt
-    X = np.stack([t**k for k in range(degree + 1)], axis=1)
-    for k in range(1, degree + 1):
-        resid = tgt - X[:, :k] @ np.array(c)
-        sol, _ = lin_minimax(X[:, k:], resid, w)
-        c.append(float(F(sol[0])))
-    err = np.abs(w * (tgt - X @ np.array(c))).max()
+    c, err = fit_rest(a - b, tgt, [float(F(g_mp(b)))], degree)
     return b, c, err
 
 
@@ -117,24 +91,10 @@ def table(degree):
     return [fit_interval(j, degree) for j in range(INTERVALS)]
 
 
-def fma32(x, y, z):
-    """f32(x*y + z) with one rounding (see tanh_table.py)."""
-    p = np.asarray(x, np.float32).astype(np.float64) * np.asarray(y, np.float32).astype(np.float64)
-    return (p.astype(np.longdouble) + np.asarray(z, np.float32).astype(np.longdouble)).astype(np.float32)
-
-
 def kernel(x, rows):
     """The AVX-512 kernel, operation for operation (x: f32 array)."""
-    a = np.abs(x)
-    ac = np.minimum(a, F(XMAX))
-    code = (np.maximum(ac, F(2.0**-4)).view(np.uint32) >> 21).astype(np.int64)
-    idx = (code - FIRST_CODE) % INTERVALS  # vpermt2ps reads the index's low 5 bits
-    bs = np.array([r[0] for r in rows], dtype=np.float32)[idx]
-    cs = np.array([r[1] for r in rows], dtype=np.float32)[:, ::-1]  # highest degree first
-    t = (ac - bs).astype(np.float32)
-    g = cs[idx, 0]
-    for k in range(1, cs.shape[1]):
-        g = fma32(g, t, cs[idx, k])
+    ac = np.minimum(np.abs(x), F(XMAX))
+    g = poly(ac, rows)
     # -ac^2 / 2 = hi + lo: the 12-bit head squared is exact, so is halving.
     ah = (ac.view(np.uint32) & np.uint32(0xFFFFF000)).view(np.float32)
     al = (ac - ah).astype(np.float32)
@@ -204,14 +164,7 @@ def main():
     print(f"over {what} f32 in [{LOW}, {HIGH}]: max relative error {worst:.3e} (at {at!r}) where gelu is normal,")
     print(f"  max absolute error {sub:.3f} x 2^-149 where it is subnormal")
     if args.rust:
-        names = ["GELU_B"] + [f"GELU_C{k}" for k in range(args.degree + 1)]
-        cols = [[r[0] for r in rows]] + [[r[1][k] for r in rows] for k in range(args.degree + 1)]
-        for name, col in zip(names, cols):
-            # Entry (FIRST_CODE + j) % 32 holds interval j: the kernel indexes with the
-            # code's low 5 bits, no subtraction.
-            col = [col[(p - FIRST_CODE) % INTERVALS] for p in range(INTERVALS)]
-            hexes = ", ".join(f"{f32_bits(v):#010x}" for v in col)
-            print(f"const {name}: [u32; {INTERVALS}] = [{hexes}];")
+        print_rust("GELU", rows, args.degree)
 
 
 if __name__ == "__main__":

@@ -28,20 +28,10 @@ import mpmath as mp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit import lin_minimax, cheb_nodes  # noqa: E402
+from fit import cheb_nodes  # noqa: E402
+from intervals import F, INTERVALS, f32_bits, f32_from_bits, fit_rest, interval, poly, print_rust  # noqa: E402
 
 mp.mp.dps = 40
-F = np.float32
-FIRST_CODE = 0x3D800000 >> 21  # 2^-4: bits >> 21 = 492
-INTERVALS = 32
-
-
-def f32_from_bits(b):
-    return float(np.array([b], dtype=np.uint32).view(np.float32)[0])
-
-
-def f32_bits(v):
-    return int(np.array([v], dtype=np.float32).view(np.uint32)[0])
 
 
 def cut():
@@ -53,12 +43,6 @@ def cut():
     while float(mp.tanh(mp.mpf(float(np.nextafter(c, F(0)))))) >= 1 - 2.0 ** -25:
         c = np.nextafter(c, F(0))
     return float(c)
-
-
-def interval(j):
-    lo = 0.0 if j == 0 else f32_from_bits((FIRST_CODE + j) << 21)
-    hi = f32_from_bits((FIRST_CODE + j + 1) << 21)
-    return lo, hi
 
 
 def best_center(lo, hi):
@@ -89,13 +73,7 @@ def fit_interval(j, degree, top):
         tgt = np.array([float(mp.tanh(mp.mpf(v))) for v in a])
         c = [float(F(mp.tanh(mp.mpf(b))))]
         t = a - b
-    w = 1.0 / tgt
-    X = np.stack([t ** k for k in range(degree + 1)], axis=1)
-    for k in range(len(c), degree + 1):
-        resid = tgt - X[:, :k] @ np.array(c)
-        sol, _ = lin_minimax(X[:, k:], resid, w)
-        c.append(float(F(sol[0])))
-    err = np.abs(w * (tgt - X @ np.array(c))).max()
+    c, err = fit_rest(t, tgt, c, degree)
     return b, c, err
 
 
@@ -112,25 +90,10 @@ def table(degree):
     return top, rows
 
 
-def fma32(x, y, z):
-    """f32(x*y + z) with one rounding: the product is exact in f64; the sum in long double
-    (64-bit mantissa) then f32 rounds twice only when the long double sum is a tie, which
-    the comparison with the portable order below would show as a stray count."""
-    p = x.astype(np.float64) * y.astype(np.float64)
-    return (p.astype(np.longdouble) + z.astype(np.longdouble)).astype(np.float32)
-
-
-def kernel(x, top, rows, fused=True):
+def kernel(x, top, rows):
     """The AVX-512 kernel, operation for operation (x: f32 array)."""
     a = np.abs(x)
-    code = (np.maximum(a, F(2.0 ** -4)).view(np.uint32) >> 21).astype(np.int64)
-    idx = (code - FIRST_CODE) % INTERVALS  # vpermt2ps reads the index's low 5 bits
-    bs = np.array([r[0] for r in rows], dtype=np.float32)[idx]
-    cs = np.array([r[1] for r in rows], dtype=np.float32)[:, ::-1]  # highest degree first
-    t = (a - bs).astype(np.float32)
-    p = cs[idx, 0]
-    for k in range(1, cs.shape[1]):
-        p = fma32(p, t, cs[idx, k]) if fused else (p * t + cs[idx, k]).astype(np.float32)
+    p = poly(a, rows)
     p = np.where(a >= F(top), F(1.0), p)
     return np.copysign(p, x)
 
@@ -170,14 +133,7 @@ def main():
     worst, at = measure(top, rows, args.quick)
     print(f"max relative error over {'every 97th' if args.quick else 'every'} f32 in (0, CUT]: {worst:.3e} at {at!r}")
     if args.rust:
-        names = ["TANH_B"] + [f"TANH_C{k}" for k in range(args.degree + 1)]
-        cols = [[r[0] for r in rows]] + [[r[1][k] for r in rows] for k in range(args.degree + 1)]
-        for name, col in zip(names, cols):
-            # Entry (FIRST_CODE + j) % 32 holds interval j: the kernel indexes with the
-            # code's low 5 bits, no subtraction.
-            col = [col[(p - FIRST_CODE) % INTERVALS] for p in range(INTERVALS)]
-            hexes = ", ".join(f"{f32_bits(v):#010x}" for v in col)
-            print(f"const {name}: [u32; {INTERVALS}] = [{hexes}];")
+        print_rust("TANH", rows, args.degree)
 
 
 if __name__ == "__main__":

@@ -294,7 +294,7 @@ fn log_avx512_every_f32_near_its_interval_edges() {
 /// gelu's AVX-512 arm looks its polynomial up by the top bits of |x| (clamped at 14.8):
 /// every f32 within 4096 ulps of each interval's edges (2^-4 * 1.25^k steps up to 16)
 /// and of the clamp, both signs, within the bound tools/vmath/gelu_table.py measured over
-/// every f32 of [-12.9, 6] (2.32e-7) where gelu is a normal f32; past 6 it is x itself,
+/// every f32 of [-12.9, 6] (2.561e-7) where gelu is a normal f32; past 6 it is x itself,
 /// and subnormal results stay within half the least subnormal (of x/2 for tiny x), or
 /// |x|/2 + 1 of them below -12.9, where Phi(x) is subnormal.
 #[test]
@@ -312,7 +312,7 @@ fn gelu_avx512_every_f32_near_its_interval_edges() {
     kernel("gelu")(Arm::Avx512, &xs, &mut out);
     let normal: Vec<(f32, f32)> = xs.iter().copied().zip(out.iter().copied()).filter(|(x, _)| *x >= -12.9).collect();
     let (inside, got): (Vec<f32>, Vec<f32>) = normal.iter().copied().unzip();
-    check_arm("gelu (avx512)", &got, &gelu64, &inside, Measure::Rel(2.32e-7));
+    check_arm("gelu (avx512)", &got, &gelu64, &inside, Measure::Rel(2.57e-7));
     for (&x, &y) in xs.iter().zip(&out) {
         if x >= 6.0 {
             assert_eq!(y.to_bits(), x.to_bits(), "gelu({x:e}) on avx512");

@@ -18,7 +18,7 @@
 //! Its bits differ from the AVX2 and portable arms' (each within docs/vmath.md's bound);
 //! the slice, in-place and leaf-sum kernels all take it, so one arm gives one answer.
 
-use super::avx512::Table;
+use super::avx512::IntervalPoly;
 use std::arch::x86_64::*;
 
 /// The least f32 whose tanh rounds to 1.
@@ -72,22 +72,9 @@ const TANH_C5: [u32; 32] = [
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 fn tanh_avx512(x: __m512) -> __m512 {
     // The tables stay in registers across the loop: 14 of the 32.
-    let b = Table::load(&TANH_B);
-    let c = [
-        Table::load(&TANH_C0),
-        Table::load(&TANH_C1),
-        Table::load(&TANH_C2),
-        Table::load(&TANH_C3),
-        Table::load(&TANH_C4),
-        Table::load(&TANH_C5),
-    ];
+    let poly = IntervalPoly::load(&TANH_B, [&TANH_C0, &TANH_C1, &TANH_C2, &TANH_C3, &TANH_C4, &TANH_C5]);
     let a = _mm512_abs_ps(x);
-    let index = _mm512_srli_epi32::<21>(_mm512_castps_si512(_mm512_max_ps(a, _mm512_set1_ps(1.0 / 16.0))));
-    let t = _mm512_sub_ps(a, b.get(index));
-    let mut p = c[5].get(index);
-    for ck in c[..5].iter().rev() {
-        p = _mm512_fmadd_ps(p, t, ck.get(index));
-    }
+    let p = poly.eval(a);
     // NaN compares false and keeps p, which t made NaN.
     let p = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, _mm512_set1_ps(CUT)), p, _mm512_set1_ps(1.0));
     // p | (x & sign bit): 0xf8 is A | (B & C).
