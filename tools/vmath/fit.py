@@ -68,17 +68,18 @@ def lin_minimax(X, b, w):
     return c / sc, err
 
 
-def fit_f32(u, target, weight, ncoef, basis=None):
+def fit_f32(u, target, weight, ncoef, basis=None, fixed=()):
     """Fit sum_j c_j * basis(u)^j, rounding c_j to f32 sequentially.
 
-    u, target, weight: float64 arrays.  Returns list of f32 python floats and
-    the (float64-evaluated) weighted max error of the rounded polynomial.
+    u, target, weight: float64 arrays; `fixed`: the lowest coefficients, given.  Returns
+    list of f32 python floats and the (float64-evaluated) weighted max error of the
+    rounded polynomial.
     """
     if basis is None:
         basis = u
     X = np.stack([basis ** j for j in range(ncoef)], axis=1)
-    fixed = []
-    for j in range(ncoef):
+    fixed = list(fixed)
+    for j in range(len(fixed), ncoef):
         resid = target - (X[:, :j] @ np.array(fixed) if j else 0.0)
         c, _ = lin_minimax(X[:, j:], resid, weight)
         fixed.append(f32(c[0]))

@@ -35,8 +35,8 @@ import numpy as np
 from scipy.special import erfc, erfcx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit import cheb_nodes  # noqa: E402
-from intervals import F, INTERVALS, f32_bits, f32_from_bits, fit_rest, fma32, interval, poly, print_rust  # noqa: E402
+from fit import cheb_nodes, fit_f32  # noqa: E402
+from intervals import F, INTERVALS, f32_bits, f32_from_bits, fma32, interval, poly, print_rust  # noqa: E402
 
 mp.mp.dps = 40
 # Past XMAX, Q(a) < 2^-160 whatever g: gelu is x or -0 (and e^-104 underflows anyway).
@@ -83,7 +83,7 @@ def fit_interval(j, degree):
     b = best_center(lo, hi) if j > 0 else 0.0
     a = cheb_nodes(lo, hi, 600)
     tgt = np.array([float(g_mp(v)) for v in a])
-    c, err = fit_rest(a - b, tgt, [float(F(g_mp(b)))], degree)
+    c, err, _ = fit_f32(a - b, tgt, 1.0 / tgt, degree + 1, fixed=[float(F(g_mp(b)))])
     return b, c, err
 
 

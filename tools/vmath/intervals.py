@@ -1,11 +1,9 @@
 """What tanh_table.py and gelu_table.py share: the 32 intervals of |x| that the AVX-512
 kernels read off the top bits of an f32 (bits >> 21: the exponent and two mantissa bits,
 four a binade over [2^-4, 16); interval 0 also takes [0, 2^-4)), f32 bit helpers, an exact
-simulation of one FMA, and the `--rust` printer of a table.
+simulation of one FMA (log_table.py's too), and the `--rust` printer of a table.
 """
 import numpy as np
-
-from fit import lin_minimax
 
 F = np.float32
 FIRST_CODE = 0x3D800000 >> 21  # 2^-4: bits >> 21 = 492
@@ -52,20 +50,6 @@ def poly(a, rows):
     for k in range(1, cs.shape[1]):
         p = fma32(p, t, cs[j, k])
     return p
-
-
-def fit_rest(t, tgt, c, degree):
-    """c extended to degree `degree` by a relative-error minimax fit of tgt in t (fit.py's
-    method: each coefficient rounded to f32 in turn, the higher ones refitted), and the
-    fit's largest relative error."""
-    c = list(c)
-    w = 1.0 / tgt
-    X = np.stack([t**k for k in range(degree + 1)], axis=1)
-    for k in range(len(c), degree + 1):
-        resid = tgt - X[:, :k] @ np.array(c)
-        sol, _ = lin_minimax(X[:, k:], resid, w)
-        c.append(float(F(sol[0])))
-    return c, np.abs(w * (tgt - X @ np.array(c))).max()
 
 
 def print_rust(prefix, rows, degree):

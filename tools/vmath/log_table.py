@@ -25,7 +25,8 @@ import mpmath as mp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit import lin_minimax, cheb_nodes  # noqa: E402
+from fit import cheb_nodes, fit_f32  # noqa: E402
+from intervals import F, fma32  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--rust", action="store_true")
@@ -33,15 +34,10 @@ ap.add_argument("--step", type=int, default=1)
 args = ap.parse_args()
 
 mp.mp.dps = 40
-F = np.float32
 LN2_HI = F(np.array([0x3f317200], dtype=np.uint32).view(np.float32)[0])
 LN2_LO = F(np.float64(mp.log(2)) - np.float64(LN2_HI))
 INV_BITS = 6   # 7 leaves r inexact on some intervals
 DEG = 5        # ln1p(r) = r + r^2 * (degree-3 P)
-
-
-def f32b(b):
-    return np.array([b], dtype=np.uint32).view(np.float32)[0]
 
 
 def interval(j):
@@ -79,13 +75,7 @@ r = cheb_nodes(rmin * 1.001, rmax * 1.001, 1500)
 r = r[np.abs(r) > 1e-12]
 tgt = np.array([float((mp.log1p(mp.mpf(v)) - v) / v**2) for v in r])
 w = np.array([float(v**2 / mp.log1p(mp.mpf(v))) for v in r])
-X = np.stack([r ** k for k in range(DEG - 1)], axis=1)
-c = []
-for k in range(DEG - 1):
-    resid = tgt - (X[:, :k] @ np.array(c) if k else 0.0)
-    sol, _ = lin_minimax(X[:, k:], resid, w)
-    c.append(float(F(sol[0])))
-err = np.abs(w * (tgt - X @ np.array(c))).max()
+c, err, _ = fit_f32(r, tgt, w, DEG - 1)
 print("P", c, "fit err", err)
 
 INVC = np.array([x[0] for x in rows], dtype=np.float32)
@@ -93,10 +83,6 @@ THI = np.array([x[1] for x in rows], dtype=np.float32)
 TLO = np.array([x[2] for x in rows], dtype=np.float32)
 assert np.all(THI.astype(np.float64) == np.array([x[1] for x in rows]))
 P = np.array(c, dtype=np.float32)
-
-
-def fma(a, b, cc):
-    return (np.asarray(a, np.longdouble) * np.asarray(b, np.longdouble) + np.asarray(cc, np.longdouble)).astype(np.float32)
 
 
 def split(u):
@@ -113,25 +99,25 @@ def core(u, err=None):
     m, e = split(u)
     j = (m.view(np.uint32) >> 18) & 31
     invc, thi, tlo = INVC[j], THI[j], TLO[j]
-    r = fma(m, invc, F(-1))
+    r = fma32(m, invc, F(-1))
     exact = (m.astype(np.float64) * invc.astype(np.float64) - 1) == r.astype(np.float64)
     assert exact.all(), "r not exact"
     r2 = (r * r).astype(np.float32)
     p = np.full_like(r, P[-1])
     for k in range(len(P) - 2, -1, -1):
-        p = fma(p, r, P[k])
-    H = fma(e, LN2_HI, thi)
+        p = fma32(p, r, P[k])
+    H = fma32(e, LN2_HI, thi)
     assert (H.astype(np.float64) == e.astype(np.float64) * float(LN2_HI) + thi.astype(np.float64)).all(), "H not exact"
-    L = fma(e, LN2_LO, tlo)
+    L = fma32(e, LN2_LO, tlo)
     if err is not None:
         ec = (err * invc).astype(np.float32)
         ec = (ec.astype(np.float64) * 2.0 ** (-e.astype(np.float64))).astype(np.float32)  # scalef
-        corr = fma(-r, ec, ec)
+        corr = fma32(-r, ec, ec)
         L = (L + corr).astype(np.float32)
     s1 = (H + r).astype(np.float32)
     z = (s1 - H).astype(np.float32)
     e1 = (r - z).astype(np.float32)
-    t = fma(r2, p, L)
+    t = fma32(r2, p, L)
     t2 = (e1 + t).astype(np.float32)
     return (s1 + t2).astype(np.float32)
 

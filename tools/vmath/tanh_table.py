@@ -28,8 +28,8 @@ import mpmath as mp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit import cheb_nodes  # noqa: E402
-from intervals import F, INTERVALS, f32_bits, f32_from_bits, fit_rest, interval, poly, print_rust  # noqa: E402
+from fit import cheb_nodes, fit_f32  # noqa: E402
+from intervals import F, INTERVALS, f32_bits, f32_from_bits, interval, poly, print_rust  # noqa: E402
 
 mp.mp.dps = 40
 
@@ -73,7 +73,7 @@ def fit_interval(j, degree, top):
         tgt = np.array([float(mp.tanh(mp.mpf(v))) for v in a])
         c = [float(F(mp.tanh(mp.mpf(b))))]
         t = a - b
-    c, err = fit_rest(t, tgt, c, degree)
+    c, err, _ = fit_f32(t, tgt, 1.0 / tgt, degree + 1, fixed=c)
     return b, c, err
 
 

@@ -615,17 +615,16 @@ fn execute_one(t: &Thunk, bases: &[BufPtr]) -> Result<()> {
 /// well, so the run's calls go to different workers instead, each on one:
 /// - single-query attention (a batched decode step's, one per sequence: ~9 us on SmolLM2,
 ///   below `attention`'s parallel threshold);
-/// - quantized products of up to 8 activation rows (a decode step's Q, K and V
-///   projections, for one sequence or a batch of up to 8: a split of one costs ~3-5 us of
-///   hand-off, on 2 threads as much as a 192-row product takes on one; its gate and up
-///   are one fused kernel, which splits its columns itself).
+/// - quantized products of up to [`quant_matmul::SIDE_BY_SIDE_ROWS`] activation rows (a
+///   decode step's Q, K and V projections, for one sequence or a batch of up to 8; its
+///   gate and up are one fused kernel, which splits its columns itself).
 ///
 /// Each call computes what it computes alone: the bits do not change.
 fn side_by_side(thunks: &[Thunk]) -> Vec<usize> {
     let joins = |t: &Thunk| {
         let small = match &t.kernel {
             Kernel::Attention(p) => p.sq == 1,
-            Kernel::DequantMatMul(p) => p.m <= 8,
+            Kernel::DequantMatMul(p) => p.m <= quant_matmul::SIDE_BY_SIDE_ROWS,
             _ => false,
         };
         small && !t.in_place && t.outs.iter().all(|s| s.base == 0)

@@ -43,6 +43,12 @@ use std::sync::Arc;
 /// Values per activation quantization block (llama.cpp's Q8_0 / Q8_1 block).
 pub const Q8_BLOCK: usize = 32;
 
+/// Activation rows up to which a quantized product runs on one worker beside other such
+/// products (the program's side-by-side runs, the unfused SwiGLU's two products) instead
+/// of splitting its columns: a split costs ~3-5 us of hand-off, on 2 threads as much as a
+/// 192-row product takes on one.
+pub const SIDE_BY_SIDE_ROWS: usize = 8;
+
 /// Activation rows up to which f32 products decode each weight block once into
 /// registers for all rows (GEMV) rather than a tile for the GEMM: a 5-token prompt took
 /// 150 ms through tiles, as each call decoded every weight of the model to f32.
@@ -148,9 +154,8 @@ pub fn swiglu_dequant_into(
         && q8_packed::available(up_plan.scheme, arm)
         && (gate_plan.m, gate_plan.k, gate_plan.n) == (up_plan.m, up_plan.k, up_plan.n);
     if !fused {
-        // A few rows: the two products side by side, one worker each, as the program runs
-        // independent few-row products (splitting each costs more in hand-offs).
-        if up_plan.m <= 8 && crate::threads::current() > 1 {
+        // A few rows: the two products side by side, one worker each.
+        if up_plan.m <= SIDE_BY_SIDE_ROWS && crate::threads::current() > 1 {
             let inline = |p, w, o| crate::threads::inline(|| dequant_matmul_into(p, arm, x, w, o));
             let (g, u) = rayon::join(|| inline(gate_plan, wg, gate), || inline(up_plan, wu, &mut *out));
             g.and(u)?;

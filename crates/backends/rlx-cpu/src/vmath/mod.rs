@@ -660,8 +660,9 @@ macro_rules! map_values {
 
 /// Defines the multiversioned slice kernels `$slice(arm, x, out)`,
 /// `$inplace(arm, values)` and `$sum(arm, x)` for each scalar function. `$fast`, when
-/// given, is the AVX-512 arm's hand-scheduled map, which all three then run (ln's, ln_1p's
-/// and tanh's are table-driven, with bits of their own: see `log_avx512`, `tanh_avx512`);
+/// given, is the AVX-512 arm's hand-scheduled map, which all three then run (ln's, ln_1p's,
+/// tanh's and gelu's are table-driven, with bits of their own: see `log_avx512`,
+/// `tanh_avx512`, `gelu_avx512`);
 /// `$short`, when not `_`, is the function's fast path for [`map_split`].
 macro_rules! slice_kernels {
     ($(($name:literal, $f:ident, $with:ident, $slice:ident, $inplace:ident, $sum:ident, $fast:expr, $short:tt)),* $(,)?) => {
