@@ -269,6 +269,8 @@ fn results_are_bit_identical_across_thread_counts() {
         (20, ActivationQuant::F32),
         (3, ActivationQuant::Q16),
         (50, ActivationQuant::Q16),
+        // Enough values that the rows are quantized on all threads.
+        (130, ActivationQuant::Q16),
     ] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
         let run = |threads: usize| {
@@ -285,6 +287,12 @@ fn results_are_bit_identical_across_thread_counts() {
             assert!(run(threads) == one, "m {m} {act:?}: {threads} threads differ from 1");
         }
     }
+    // A K-quant, whose group terms sum 16 quants at a time, quantized on all threads.
+    let (k, n, m) = (512, 300, 130);
+    let w = random_weights(&mut rng, QuantScheme::Q6K, n, k);
+    let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+    let one = product_bits(QuantScheme::Q6K, ActivationQuant::Q16, (&w, n), &x, 1);
+    assert!(product_bits(QuantScheme::Q6K, ActivationQuant::Q16, (&w, n), &x, 2) == one, "Q6_K: 2 threads differ");
 }
 
 /// The bits of `x @ w^T` for the `n` weight rows `w` in `scheme`, on the best arm and
