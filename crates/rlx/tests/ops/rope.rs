@@ -95,3 +95,41 @@ fn rope_angles_agree_from_the_shared_table_and_past_it() {
         }
     }
 }
+
+/// f32 rows (vector loops) are, bit for bit, each pair rotated in f64 by the plan's angle
+/// (`pos * base^(-2i / r)`, f64 `sin` and `cos`) and rounded once, in both pairings:
+/// whole heads and a partial rotary part, even and odd pair counts, positions from the
+/// angle table and computed ones (negative, past the table).
+#[test]
+fn f32_rope_rounds_the_f64_rotation_once() {
+    let mut rng = Rng::new(91);
+    for style in [RopeStyle::NeoX, RopeStyle::GptJ] {
+        for (dims, rot, first) in [
+            (&[1usize, 9, 12, 64][..], None, 0i64),
+            (&[3, 5, 34], None, 7),
+            (&[2, 4, 40], Some(34usize), -20),
+            (&[1, 3, 64], None, 20_000),
+        ] {
+            let x = rand_input(&mut rng, DType::F32, dims, -3.0, 3.0);
+            let (s, d) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+            let r = rot.unwrap_or(d);
+            let mut expected = x.values.clone();
+            for (row, out) in expected.chunks_mut(d).enumerate() {
+                let pos = (first + (row % s) as i64) as f64;
+                let src = &x.values[row * d..(row + 1) * d];
+                for i in 0..r / 2 {
+                    let angle = pos * 10000f64.powf(-2.0 * i as f64 / r as f64);
+                    let (a, b) = match style {
+                        RopeStyle::NeoX => (i, i + r / 2),
+                        RopeStyle::GptJ => (2 * i, 2 * i + 1),
+                    };
+                    out[a] = f64::from((src[a] * angle.cos() - src[b] * angle.sin()) as f32);
+                    out[b] = f64::from((src[a] * angle.sin() + src[b] * angle.cos()) as f32);
+                }
+            }
+            let p = input(DType::I64, &[s], (0..s).map(|i| (first + i as i64) as f64).collect());
+            let got = eval_ok(&[x, p], |g, v| g.rope(v[0], v[1], style, 10000.0, rot));
+            assert_exact(&got, DType::F32, dims, &expected, &format!("rope f32 {style:?} {dims:?} from {first}"));
+        }
+    }
+}

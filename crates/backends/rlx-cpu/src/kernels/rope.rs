@@ -2,7 +2,8 @@
 
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Float};
-use crate::with_float;
+use crate::features::Arm;
+use crate::{multiversion, with_float};
 use rlx_ir::{Result, RopeStyle};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -39,8 +40,9 @@ impl RopePlan {
 /// per call (at 128 pairs a position, the first 4096 positions are cached).
 const TABLE_BYTES: usize = 8 << 20;
 
-/// `(sin, cos)` of `pos * inv_freq[i]` for positions `0..len / half`, `half` per position.
-type AngleTable = Arc<Vec<(f64, f64)>>;
+/// Per position (`0..len / (2 half)`), the `half` values `sin(pos * inv_freq[i])`, then
+/// the `half` cosines.
+type AngleTable = Arc<Vec<f64>>;
 
 /// The process's angle tables. Every rope node of a model (two per layer) uses the same
 /// few (one per RoPE base): each computed once instead of per call (f64 `sin_cos` per
@@ -51,17 +53,23 @@ fn table(p: &RopePlan, positions: usize) -> AngleTable {
     let mut tables = TABLES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     let have = tables.get(&p.key).cloned().unwrap_or_default();
     let want = positions.min(TABLE_BYTES / 16 / half.max(1));
-    if have.len() >= want * half {
+    if have.len() >= 2 * want * half {
         return have;
     }
-    let mut grown = Vec::with_capacity(want * half);
+    let mut grown = Vec::with_capacity(2 * want * half);
     grown.extend_from_slice(&have);
-    for pos in have.len() / half.max(1)..want {
-        grown.extend(p.inv_freq.iter().map(|&f| (pos as f64 * f).sin_cos()));
+    for pos in have.len() / (2 * half).max(1)..want {
+        angles(p, pos as i64, &mut grown);
     }
     let grown = Arc::new(grown);
     tables.insert(p.key, grown.clone());
     grown
+}
+
+/// Appends position `pos`'s sines, then its cosines, to `to`.
+fn angles(p: &RopePlan, pos: i64, to: &mut Vec<f64>) {
+    to.extend(p.inv_freq.iter().map(|&f| (pos as f64 * f).sin()));
+    to.extend(p.inv_freq.iter().map(|&f| (pos as f64 * f).cos()));
 }
 
 pub fn rope(p: &RopePlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
@@ -69,39 +77,90 @@ pub fn rope(p: &RopePlan, class: Class, ins: &Args, out: &mut Out) -> Result<()>
 }
 
 fn rope_typed<T: Float>(p: &RopePlan, x: &[T], ins: &Args, out: &mut [T]) -> Result<()> {
-    out.copy_from_slice(x);
-    let half = p.inv_freq.len();
-    let mut max_pos = 0;
-    for s in 0..p.seq {
-        max_pos = max_pos.max(ins.index(1, s)?);
+    if out.is_empty() {
+        return Ok(()); // no rows (or rows of nothing): nothing to rotate
     }
+    let half = p.inv_freq.len();
+    // Any integer position is valid, negative ones included.
+    let positions = (0..p.seq).map(|s| ins.index(1, s)).collect::<Result<Vec<i64>>>()?;
+    let max_pos = positions.iter().copied().max().unwrap_or(0);
     let cached = table(p, usize::try_from(max_pos).map_or(0, |m| m.saturating_add(1)));
-    // A position's angles are the same for every head: looked up (or computed) once.
-    let mut computed = vec![(0f64, 0f64); half];
-    for s in 0..p.seq {
-        // Any integer position is valid, negative ones included.
-        let pos = ins.index(1, s)?;
-        let angles = match usize::try_from(pos).ok().and_then(|q| cached.get(q * half..(q + 1) * half)) {
-            Some(row) => row,
-            None => {
-                for (angle, &f) in computed.iter_mut().zip(&p.inv_freq) {
-                    *angle = (pos as f64 * f).sin_cos();
-                }
-                &computed[..]
-            }
+    let in_table = |pos: i64| usize::try_from(pos).ok().and_then(|q| cached.get(2 * q * half..2 * (q + 1) * half));
+    // Angles of the positions past the table (or negative), computed once for all heads.
+    let mut computed = Vec::new();
+    for &pos in &positions {
+        if in_table(pos).is_none() {
+            angles(p, pos, &mut computed);
+        }
+    }
+    let mut next = computed.chunks_exact((2 * half).max(1));
+    let rows: Vec<&[f64]> =
+        positions.iter().map(|&pos| in_table(pos).or_else(|| next.next()).unwrap_or_default()).collect();
+    if T::CLASS == Class::F32 {
+        // SAFETY: `T` is f32 (its class), so the slices are f32 slices.
+        let (x, out) = unsafe {
+            (
+                std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()),
+                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len()),
+            )
         };
-        for o in 0..p.outer {
-            let row = (o * p.seq + s) * p.head_dim;
-            for (i, &(sin, cos)) in angles.iter().enumerate() {
-                let (a, b) = match p.style {
-                    RopeStyle::NeoX => (row + i, row + i + half),
-                    RopeStyle::GptJ => (row + 2 * i, row + 2 * i + 1),
-                };
-                let (x0, x1) = (x[a].to_f64(), x[b].to_f64());
-                out[a] = T::from_f64(x0 * cos - x1 * sin);
-                out[b] = T::from_f64(x0 * sin + x1 * cos);
-            }
+        rotate_f32(Arm::best(), p.style, x, &rows, p.head_dim, out);
+        return Ok(());
+    }
+    out.copy_from_slice(x);
+    for (row, (x, out)) in x.chunks_exact(p.head_dim).zip(out.chunks_exact_mut(p.head_dim)).enumerate() {
+        let (sin, cos) = rows[row % p.seq].split_at(half);
+        for (i, (&sin, &cos)) in sin.iter().zip(cos).enumerate() {
+            let (a, b) = match p.style {
+                RopeStyle::NeoX => (i, i + half),
+                RopeStyle::GptJ => (2 * i, 2 * i + 1),
+            };
+            let (x0, x1) = (x[a].to_f64(), x[b].to_f64());
+            out[a] = T::from_f64(x0 * cos - x1 * sin);
+            out[b] = T::from_f64(x0 * sin + x1 * cos);
         }
     }
     Ok(())
+}
+
+multiversion! {
+    /// f32 rows (`head_dim` values each; per head, one for each of `rows`, the position's
+    /// sines then cosines): the first `2 half` values of each rotated pairwise in f64 as
+    /// the generic loop computes them (no fused multiply-add), so every arm gives its bits,
+    /// in loops the compiler vectorizes; the rest copied. The generic loop took 0.34 ms a
+    /// 12-token SmolLM2 prompt (60 calls of 9 heads x 12 rows x 32 pairs), 15.2 ms a
+    /// 512-token one.
+    fn rotate_f32(style: RopeStyle, x: &[f32], rows: &[&[f64]], head_dim: usize, out: &mut [f32]) {
+        let head = rows.len() * head_dim;
+        for (x, out) in x.chunks_exact(head).zip(out.chunks_exact_mut(head)) {
+            let rows_of_head = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
+            for ((x, out), angles) in rows_of_head.zip(rows) {
+                let half = angles.len() / 2;
+                out[2 * half..].copy_from_slice(&x[2 * half..]);
+                let (sin, cos) = angles.split_at(half);
+                let rotate = |x0: f32, x1: f32, sin: f64, cos: f64| {
+                    let (x0, x1) = (f64::from(x0), f64::from(x1));
+                    ((x0 * cos - x1 * sin) as f32, (x0 * sin + x1 * cos) as f32)
+                };
+                match style {
+                    RopeStyle::NeoX => {
+                        let (x0, x1) = x[..2 * half].split_at(half);
+                        let (o0, o1) = out[..2 * half].split_at_mut(half);
+                        for ((((o0, o1), (&x0, &x1)), &sin), &cos) in
+                            o0.iter_mut().zip(o1).zip(x0.iter().zip(x1)).zip(sin).zip(cos)
+                        {
+                            (*o0, *o1) = rotate(x0, x1, sin, cos);
+                        }
+                    }
+                    RopeStyle::GptJ => {
+                        for (((o, x), &sin), &cos) in
+                            out[..2 * half].chunks_exact_mut(2).zip(x[..2 * half].chunks_exact(2)).zip(sin).zip(cos)
+                        {
+                            (o[0], o[1]) = rotate(x[0], x[1], sin, cos);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
