@@ -261,7 +261,7 @@ pub(super) mod x86 {
     /// core streamed a cold 200000 x 576 Q4_1 weight at 16.8-19.9 GB/s, two at 24.0-24.2;
     /// into L2 8 KiB ahead: 22.0-25.1 and 34.1-38.6 GB/s (AMD EPYC; 16 KiB ahead was no
     /// better). The L2 streamer then feeds L1 in time.
-    const PREFETCH: usize = 8192;
+    pub(in crate::kernels) const PREFETCH: usize = 8192;
     use rlx_ir::quant::QuantScheme;
     use std::arch::x86_64::*;
 
