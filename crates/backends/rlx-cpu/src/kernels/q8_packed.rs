@@ -261,7 +261,7 @@ pub(super) mod x86 {
     /// core streamed a cold 200000 x 576 Q4_1 weight at 16.8-19.9 GB/s, two at 24.0-24.2;
     /// into L2 8 KiB ahead: 22.0-25.1 and 34.1-38.6 GB/s (AMD EPYC; 16 KiB ahead was no
     /// better). The L2 streamer then feeds L1 in time.
-    pub(in crate::kernels) const PREFETCH: usize = 8192;
+    const PREFETCH: usize = 8192;
     use rlx_ir::quant::QuantScheme;
     use std::arch::x86_64::*;
 
@@ -297,6 +297,18 @@ pub(super) mod x86 {
         }
     }
 
+    /// Fetches into L2 the `len` bytes [`PREFETCH`] past `at` (a kernel reading its weights
+    /// in address order; the repacked kernels here, the K-quant row kernels of
+    /// `quant_matmul`).
+    #[inline(always)]
+    pub(in crate::kernels) fn prefetch_ahead(at: *const u8, len: usize) {
+        let ahead = at.wrapping_add(PREFETCH);
+        for line in (0..len).step_by(64) {
+            // SAFETY: a prefetch of any address is defined (no access is made).
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line) as *const i8) };
+        }
+    }
+
     /// The (group, block) at `at`: its 8 steps ([`steps`]) and per lane its scale `sw` and
     /// offset term `ow` (`w = sw * u + ow`), with the bytes [`PREFETCH`] ahead fetched
     /// into L2.
@@ -305,12 +317,9 @@ pub(super) mod x86 {
     /// As [`steps`]; the caller has F16C.
     #[inline(always)]
     unsafe fn block(scheme: QuantScheme, at: *const u8) -> ([__m512i; 8], __m512, __m512) {
-        // SAFETY: as the caller guarantees (a prefetch of any address is defined).
+        prefetch_ahead(at, block_bytes(scheme));
+        // SAFETY: as the caller guarantees.
         unsafe {
-            let ahead = at.wrapping_add(PREFETCH);
-            for line in (0..block_bytes(scheme)).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line) as *const i8);
-            }
             let quant_bytes = super::quant_bytes(scheme);
             let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
             let ow = if scheme == QuantScheme::Q4_1 {

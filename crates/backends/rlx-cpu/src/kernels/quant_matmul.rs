@@ -812,7 +812,7 @@ mod x86 {
     //! term (lanes 1, 3) at once, so nothing per block runs in scalar code.
 
     use super::{Layout, Q8_BLOCK, Q8Row, QuantScheme, block_term, halves};
-    use crate::kernels::q8_packed::x86::PREFETCH;
+    use crate::kernels::q8_packed::x86::prefetch_ahead;
     use std::arch::x86_64::*;
 
     /// `v` rounded half away from zero (truncated, then stepped away from zero when the
@@ -928,7 +928,7 @@ mod x86 {
                 // The mins' terms, -dmin m s.
                 let mut offsets = 0f32;
                 for (c, wb) in row.chunks_exact(bb).enumerate() {
-                    prefetch_ahead(wb);
+                    prefetch_block(wb);
                     let first = c * 8;
                     let mut block = |q: __m256i, j: usize, scale: f32| {
                         let x = _mm256_loadu_si256(a.q[(first + j) * 32..].as_ptr().cast());
@@ -958,18 +958,14 @@ mod x86 {
         }
     }
 
-    /// Fetches into L2 the lines of the weight bytes [`PREFETCH`] past `block`'s (a row
-    /// kernel reads its rows in address order): in a decode step the weights come from
-    /// DRAM. Gemma 3 270M's 640 x 2048 Q4_K product rotating over 300 copies, 1 thread
-    /// (Intel Xeon, model 207): 167-184 -> 94-98 us; in its decode step (`RLX_PROFILE`)
-    /// the Q6_K `ffn_down` products 0.175-0.200 -> 0.151-0.167 ms.
+    /// [`prefetch_ahead`] of a block's bytes: a row kernel reads its rows in address order,
+    /// and in a decode step the weights come from DRAM. Gemma 3 270M's 640 x 2048 Q4_K
+    /// product rotating over 300 copies, 1 thread (Intel Xeon, model 207): 167-184 ->
+    /// 94-98 us; in its decode step (`RLX_PROFILE`) the Q6_K `ffn_down` products
+    /// 0.175-0.200 -> 0.151-0.167 ms.
     #[inline(always)]
-    fn prefetch_ahead(block: &[u8]) {
-        let ahead = block.as_ptr().wrapping_add(PREFETCH);
-        for line in (0..block.len()).step_by(64) {
-            // SAFETY: a prefetch of any address is defined (no access is made).
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line) as *const i8) };
-        }
+    fn prefetch_block(block: &[u8]) {
+        prefetch_ahead(block.as_ptr(), block.len());
     }
 
     /// Q6_K rows: each 32 values' quants (6 bits, stored `q + 32`, unpacked from the low
@@ -1005,7 +1001,7 @@ mod x86 {
                 for (o, row) in out.iter_mut().zip(w.chunks_exact(rb.max(1))) {
                     let mut acc = _mm256_setzero_ps();
                     for (c, wb) in row.chunks_exact(bb).enumerate() {
-                        prefetch_ahead(wb);
+                        prefetch_block(wb);
                         let first = c * 8;
                         let scales =
                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(wb[192..].as_ptr().cast())));

@@ -82,20 +82,25 @@ fn rope_typed<T: Float>(p: &RopePlan, x: &[T], ins: &Args, out: &mut [T]) -> Res
     }
     let half = p.inv_freq.len();
     // Any integer position is valid, negative ones included.
-    let positions = (0..p.seq).map(|s| ins.index(1, s)).collect::<Result<Vec<i64>>>()?;
-    let max_pos = positions.iter().copied().max().unwrap_or(0);
+    let position = |s: usize| ins.index(1, s);
+    let mut max_pos = 0;
+    for s in 0..p.seq {
+        max_pos = max_pos.max(position(s)?);
+    }
     let cached = table(p, usize::try_from(max_pos).map_or(0, |m| m.saturating_add(1)));
     let in_table = |pos: i64| usize::try_from(pos).ok().and_then(|q| cached.get(2 * q * half..2 * (q + 1) * half));
     // Angles of the positions past the table (or negative), computed once for all heads.
     let mut computed = Vec::new();
-    for &pos in &positions {
+    for s in 0..p.seq {
+        let pos = position(s)?;
         if in_table(pos).is_none() {
             angles(p, pos, &mut computed);
         }
     }
     let mut next = computed.chunks_exact((2 * half).max(1));
-    let rows: Vec<&[f64]> =
-        positions.iter().map(|&pos| in_table(pos).or_else(|| next.next()).unwrap_or_default()).collect();
+    let rows = (0..p.seq)
+        .map(|s| Ok(in_table(position(s)?).or_else(|| next.next()).unwrap_or_default()))
+        .collect::<Result<Vec<&[f64]>>>()?;
     if T::CLASS == Class::F32 {
         // SAFETY: `T` is f32 (its class), so the slices are f32 slices.
         let (x, out) = unsafe {
@@ -105,62 +110,55 @@ fn rope_typed<T: Float>(p: &RopePlan, x: &[T], ins: &Args, out: &mut [T]) -> Res
             )
         };
         rotate_f32(Arm::best(), p.style, x, &rows, p.head_dim, out);
-        return Ok(());
-    }
-    out.copy_from_slice(x);
-    for (row, (x, out)) in x.chunks_exact(p.head_dim).zip(out.chunks_exact_mut(p.head_dim)).enumerate() {
-        let (sin, cos) = rows[row % p.seq].split_at(half);
-        for (i, (&sin, &cos)) in sin.iter().zip(cos).enumerate() {
-            let (a, b) = match p.style {
-                RopeStyle::NeoX => (i, i + half),
-                RopeStyle::GptJ => (2 * i, 2 * i + 1),
-            };
-            let (x0, x1) = (x[a].to_f64(), x[b].to_f64());
-            out[a] = T::from_f64(x0 * cos - x1 * sin);
-            out[b] = T::from_f64(x0 * sin + x1 * cos);
-        }
+    } else {
+        rotate_rows(p.style, x, &rows, p.head_dim, out);
     }
     Ok(())
 }
 
-multiversion! {
-    /// f32 rows (`head_dim` values each; per head, one for each of `rows`, the position's
-    /// sines then cosines): the first `2 half` values of each rotated pairwise in f64 as
-    /// the generic loop computes them (no fused multiply-add), so every arm gives its bits,
-    /// in loops the compiler vectorizes; the rest copied. The generic loop took 0.34 ms a
-    /// 12-token SmolLM2 prompt (60 calls of 9 heads x 12 rows x 32 pairs), 15.2 ms a
-    /// 512-token one.
-    fn rotate_f32(style: RopeStyle, x: &[f32], rows: &[&[f64]], head_dim: usize, out: &mut [f32]) {
-        let head = rows.len() * head_dim;
-        for (x, out) in x.chunks_exact(head).zip(out.chunks_exact_mut(head)) {
-            let rows_of_head = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
-            for ((x, out), angles) in rows_of_head.zip(rows) {
-                let half = angles.len() / 2;
-                out[2 * half..].copy_from_slice(&x[2 * half..]);
-                let (sin, cos) = angles.split_at(half);
-                let rotate = |x0: f32, x1: f32, sin: f64, cos: f64| {
-                    let (x0, x1) = (f64::from(x0), f64::from(x1));
-                    ((x0 * cos - x1 * sin) as f32, (x0 * sin + x1 * cos) as f32)
-                };
-                match style {
-                    RopeStyle::NeoX => {
-                        let (x0, x1) = x[..2 * half].split_at(half);
-                        let (o0, o1) = out[..2 * half].split_at_mut(half);
-                        for ((((o0, o1), (&x0, &x1)), &sin), &cos) in
-                            o0.iter_mut().zip(o1).zip(x0.iter().zip(x1)).zip(sin).zip(cos)
-                        {
-                            (*o0, *o1) = rotate(x0, x1, sin, cos);
-                        }
+/// Rows of `head_dim` values (per head, one for each of `rows`, the position's sines then
+/// cosines): the first `2 half` values of each rotated pairwise in f64, the rest copied.
+/// Written so that the compiler vectorizes it for f32 ([`rotate_f32`]).
+#[inline(always)]
+fn rotate_rows<T: Float>(style: RopeStyle, x: &[T], rows: &[&[f64]], head_dim: usize, out: &mut [T]) {
+    let head = rows.len() * head_dim;
+    for (x, out) in x.chunks_exact(head).zip(out.chunks_exact_mut(head)) {
+        let rows_of_head = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
+        for ((x, out), angles) in rows_of_head.zip(rows) {
+            let half = angles.len() / 2;
+            out[2 * half..].copy_from_slice(&x[2 * half..]);
+            let (sin, cos) = angles.split_at(half);
+            let rotate = |x0: T, x1: T, sin: f64, cos: f64| {
+                let (x0, x1) = (x0.to_f64(), x1.to_f64());
+                (T::from_f64(x0 * cos - x1 * sin), T::from_f64(x0 * sin + x1 * cos))
+            };
+            match style {
+                RopeStyle::NeoX => {
+                    let (x0, x1) = x[..2 * half].split_at(half);
+                    let (o0, o1) = out[..2 * half].split_at_mut(half);
+                    for ((((o0, o1), (&x0, &x1)), &sin), &cos) in
+                        o0.iter_mut().zip(o1).zip(x0.iter().zip(x1)).zip(sin).zip(cos)
+                    {
+                        (*o0, *o1) = rotate(x0, x1, sin, cos);
                     }
-                    RopeStyle::GptJ => {
-                        for (((o, x), &sin), &cos) in
-                            out[..2 * half].chunks_exact_mut(2).zip(x[..2 * half].chunks_exact(2)).zip(sin).zip(cos)
-                        {
-                            (o[0], o[1]) = rotate(x[0], x[1], sin, cos);
-                        }
+                }
+                RopeStyle::GptJ => {
+                    let pairs = out[..2 * half].chunks_exact_mut(2).zip(x[..2 * half].chunks_exact(2));
+                    for (((o, x), &sin), &cos) in pairs.zip(sin).zip(cos) {
+                        (o[0], o[1]) = rotate(x[0], x[1], sin, cos);
                     }
                 }
             }
         }
+    }
+}
+
+multiversion! {
+    /// [`rotate_rows`] of f32 on each arm: per pair the same f64 multiplies and adds (no
+    /// fused multiply-add), so every arm gives the same bits, in vector loops. The scalar
+    /// loop it replaced took 0.34 ms a 12-token SmolLM2 prompt (60 calls of 9 heads x 12
+    /// rows x 32 pairs), 15.2 ms a 512-token one.
+    fn rotate_f32(style: RopeStyle, x: &[f32], rows: &[&[f64]], head_dim: usize, out: &mut [f32]) {
+        rotate_rows(style, x, rows, head_dim, out)
     }
 }
