@@ -8,11 +8,18 @@ Inputs are deterministic (seed 0): int64 inputs whose name contains "mask" are o
 inputs are ids in [1000, 2000); float inputs are standard normal. Every graph input must get a
 --shape unless its shape is fully static in the model (or it is a scalar). Warm-up runs first,
 then prints one JSON line with the median wall time of --runs runs.
+
+With --serve the session stays open: after the warm-up it prints {"ready": true}, then for
+each line "N MS" read from stdin runs untimed for MS milliseconds, then times N runs and prints
+{"times_ms": [...]}, until stdin closes.
+`rlx bench onnx` drives it so that its rounds and onnxruntime's alternate (this VM's speed
+moves by 30% within minutes: figures measured minutes apart do not compare).
 """
 import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -36,6 +43,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--serve", action="store_true", help="time N runs per line of stdin (see above)")
     args = ap.parse_args()
 
     opts = ort.SessionOptions()
@@ -65,11 +73,17 @@ def main():
 
     for _ in range(args.warmup):
         sess.run(None, feeds)
-    times = []
-    for _ in range(args.runs):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - t0) * 1e3)
+    if args.serve:
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            runs, settle_ms = (int(word) for word in line.split())
+            settle_end = time.perf_counter() + settle_ms / 1e3
+            while time.perf_counter() < settle_end:
+                sess.run(None, feeds)
+            times = timed_runs(sess, feeds, runs)
+            print(json.dumps({"times_ms": [round(t, 4) for t in times]}), flush=True)
+        return
+    times = timed_runs(sess, feeds, args.runs)
     print(json.dumps({
         "model": os.path.basename(args.model),
         "threads": args.threads,
@@ -79,6 +93,16 @@ def main():
         "shapes": {k: "x".join(map(str, v.shape)) for k, v in feeds.items()},
         "onnxruntime": ort.__version__,
     }))
+
+
+def timed_runs(sess, feeds, runs):
+    """Wall milliseconds of each of `runs` runs."""
+    times = []
+    for _ in range(max(runs, 1)):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
 
 
 if __name__ == "__main__":

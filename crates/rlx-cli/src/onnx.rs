@@ -133,8 +133,24 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// `rlx bench onnx MODEL --shape NAME=AxB ... --threads 1,2`: warm median latency of RLX
-/// and, in the same run, of onnxruntime (tools/onnx/bench_ort.py in a cached virtualenv).
+/// Runs per round of `rlx bench onnx`: RLX's rounds and onnxruntime's alternate, so each
+/// pair of medians comes from the same few milliseconds. This VM's speed moves by 30% from
+/// one 60 ms stretch to the next (rounds of 30 runs read ratios 0.63-1.34x in one
+/// command); rounds of 3 pair the two sides within a few runs.
+const RUNS_PER_ROUND: usize = 3;
+
+/// How long each side runs untimed before each of its rounds. onnxruntime's workers spin
+/// for ~50 ms after a run before they block (one core stayed busy 40-60 ms after 3 runs of
+/// the MLP at 2 threads): RLX rounds run beside that spin took 1.6-1.8x onnxruntime's time
+/// at 2 threads. Running meanwhile, rather than sleeping, keeps the caches and this VM's
+/// cores warm: after a 100 ms sleep the first runs read ~1.5x the warm ones.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `rlx bench onnx MODEL --shape NAME=AxB ... --threads 1,2`: warm latency of RLX and, in
+/// the same run, of onnxruntime (tools/onnx/bench_ort.py in a cached virtualenv, one
+/// session kept open per thread count): `runs` timed runs a side in alternating rounds of
+/// [`RUNS_PER_ROUND`]; the table gives each side's median run, the median of the rounds'
+/// ratios and their middle half.
 pub fn bench(path: &Path, specs: &[String], threads: &[usize], runs: usize) -> Result<()> {
     let mut model = OnnxModel::load(path)?;
     let shapes = shapes_for(&model, specs)?;
@@ -147,8 +163,15 @@ pub fn bench(path: &Path, specs: &[String], threads: &[usize], runs: usize) -> R
         .zip(&shapes)
         .map(|(i, d)| format!("{}={}", i.name, d.iter().map(usize::to_string).collect::<Vec<_>>().join("x")))
         .collect();
-    println!("{} at {} ({runs} warm runs, median)", path.display(), shape_text.join(" "));
-    println!("{:>7} {:>11} {:>12} {:>18} {:>7}", "threads", "compile ms", "rlx ms", "onnxruntime ms", "ratio");
+    println!(
+        "{} at {} ({runs} warm runs a side, alternating in rounds of {RUNS_PER_ROUND})",
+        path.display(),
+        shape_text.join(" ")
+    );
+    println!(
+        "{:>7} {:>11} {:>12} {:>18} {:>7}  rounds' middle half",
+        "threads", "compile ms", "rlx ms", "onnxruntime ms", "ratio"
+    );
     for &t in threads {
         model.set_threads(t);
         model.run(&refs)?;
@@ -156,23 +179,51 @@ pub fn bench(path: &Path, specs: &[String], threads: &[usize], runs: usize) -> R
         for _ in 0..2 {
             model.run(&refs)?;
         }
-        let times: Vec<f64> = (0..runs)
-            .map(|_| {
-                let start = Instant::now();
-                model.run(&refs).map(|_| start.elapsed().as_secs_f64() * 1e3)
-            })
-            .collect::<Result<_>>()?;
-        let rlx = median(times);
-        let anchor = match &ort {
-            Ok(python) => ort_median(python, path, &shape_text, t, runs),
+        let mut timed = |count: usize| -> Result<Vec<f64>> {
+            (0..count)
+                .map(|_| {
+                    let start = Instant::now();
+                    model.run(&refs).map(|_| start.elapsed().as_secs_f64() * 1e3)
+                })
+                .collect()
+        };
+        let mut anchor = match &ort {
+            Ok(python) => OrtSession::start(python, path, &shape_text, t),
             Err(why) => Err(why.clone()),
         };
+        let (mut ours, mut theirs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for first in (0..runs).step_by(RUNS_PER_ROUND) {
+            let count = RUNS_PER_ROUND.min(runs - first);
+            let settle = Instant::now();
+            while settle.elapsed() < SETTLE {
+                timed(1)?;
+            }
+            let round = timed(count)?;
+            let rlx = median(round.clone());
+            ours.extend(round);
+            match anchor.as_mut().map(|session| session.times(count, SETTLE)) {
+                Ok(Ok(round)) => {
+                    ratios.push(rlx / median(round.clone()));
+                    theirs.extend(round);
+                }
+                Ok(Err(why)) => anchor = Err(why),
+                Err(_) => {}
+            }
+        }
+        let rlx = median(ours);
         match anchor {
-            Ok(a) => println!("{t:>7} {compile:>11.1} {rlx:>12.2} {a:>18.2} {:>6.2}x", rlx / a),
+            Ok(_) => {
+                let ort = median(theirs);
+                ratios.sort_by(f64::total_cmp);
+                let (lo, hi) = (ratios[ratios.len() / 4], ratios[(3 * ratios.len()) / 4]);
+                let ratio = median(ratios);
+                println!("{t:>7} {compile:>11.1} {rlx:>12.2} {ort:>18.2} {ratio:>6.2}x  {lo:.2}-{hi:.2}x");
+            }
             Err(why) => println!("{t:>7} {compile:>11.1} {rlx:>12.2} {:>18} {:>7}   ({why})", "-", "-"),
         }
     }
-    println!("ratio: RLX time / onnxruntime time (below 1 is faster); same inputs' shapes, threads, warm");
+    println!("ratio: the median of the rounds' RLX / onnxruntime medians (below 1 is faster); same inputs' shapes,");
+    println!("threads, warm");
     Ok(())
 }
 
@@ -186,28 +237,69 @@ fn ort_python() -> std::result::Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-fn ort_median(
-    python: &str,
-    model: &Path,
-    shapes: &[String],
-    threads: usize,
-    runs: usize,
-) -> std::result::Result<f64, String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/onnx/bench_ort.py");
-    let mut cmd = Command::new(python);
-    cmd.arg(&script).arg(model).args(["--threads", &threads.to_string(), "--runs", &runs.to_string()]);
-    for s in shapes {
-        cmd.args(["--shape", s]);
+/// An onnxruntime session on the model, open in `bench_ort.py --serve` until dropped.
+struct OrtSession {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl OrtSession {
+    /// Starts the session for `threads` and waits for its warm-up.
+    fn start(python: &str, model: &Path, shapes: &[String], threads: usize) -> std::result::Result<Self, String> {
+        use std::process::Stdio;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/onnx/bench_ort.py");
+        let mut cmd = Command::new(python);
+        cmd.arg(&script).arg(model).args(["--threads", &threads.to_string(), "--serve"]);
+        for s in shapes {
+            cmd.args(["--shape", s]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{python}: {e}"))?;
+        let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
+            (Some(i), Some(o)) => (i, std::io::BufReader::new(o)),
+            _ => return Err("bench_ort.py: no pipes".to_string()),
+        };
+        let mut session = OrtSession { child, stdin, stdout };
+        session.reply()?;
+        Ok(session)
     }
-    let out = cmd.output().map_err(|e| format!("{python}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "bench_ort.py failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-        ));
+
+    /// The milliseconds of each of `runs` runs, after running untimed for `settle`.
+    fn times(&mut self, runs: usize, settle: std::time::Duration) -> std::result::Result<Vec<f64>, String> {
+        use std::io::Write;
+        writeln!(self.stdin, "{runs} {}", settle.as_millis())
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| format!("bench_ort.py: {e}"))?;
+        let reply = self.reply()?;
+        let times = reply["times_ms"].as_array().ok_or_else(|| "bench_ort.py printed no times_ms".to_string())?;
+        times.iter().map(|t| t.as_f64().ok_or_else(|| format!("bench_ort.py: time {t}"))).collect()
     }
-    let line = String::from_utf8_lossy(&out.stdout);
-    let doc: serde_json::Value =
-        serde_json::from_str(line.lines().last().unwrap_or("")).map_err(|e| format!("bench_ort.py output: {e}"))?;
-    doc["median_ms"].as_f64().ok_or_else(|| "bench_ort.py printed no median_ms".to_string())
+
+    /// The session's next JSON line; its last line of stderr if it ended instead.
+    fn reply(&mut self) -> std::result::Result<serde_json::Value, String> {
+        use std::io::{BufRead, Read};
+        let mut line = String::new();
+        let read = self.stdout.read_line(&mut line).map_err(|e| format!("bench_ort.py: {e}"))?;
+        if read == 0 {
+            let mut err = String::new();
+            if let Some(stderr) = self.child.stderr.as_mut() {
+                let _ = stderr.read_to_string(&mut err);
+            }
+            return Err(format!("bench_ort.py failed: {}", err.lines().last().unwrap_or("")));
+        }
+        serde_json::from_str(&line).map_err(|e| format!("bench_ort.py output: {e}"))
+    }
+}
+
+impl Drop for OrtSession {
+    fn drop(&mut self) {
+        // Its loop would end when stdin closes; a kill ends it at once, mid-run too.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -246,20 +246,29 @@ fn panels_times_rows<'a>(
             }
         }
     };
-    // Each worker takes whole panels (and reads every row of `a`) when the weight is the
+    // A task takes whole panels (and reads every row of `a`) when the weight is the
     // larger operand of the pass, else whole row blocks (and reads every panel): what a
-    // worker reads is then at most half of the larger one. 1024 x 512 x 128 on 2 threads,
-    // by panels 158-163 GFLOP/s (median), the `gemm` crate 181-186.
+    // task reads is then at most a fraction of the larger one. 1024 x 512 x 128 on 2
+    // threads, by panels 158-163 GFLOP/s (median), the `gemm` crate 181-186.
+    //
+    // ~CHUNKS_PER_THREAD tasks a worker, taken as workers free up: one task a worker left
+    // the product as slow as its slowest core. This VM's second core runs at a fraction of
+    // the first's speed in some phases, where the MLP 768-3072-768 at batch 32 took longer
+    // on 2 threads than on 1 (3.0-3.4 against 2.4-3.3 ms, onnxruntime 1.7-2.0 in the same
+    // runs); the quantized products split ~4 chunks a thread for the same reason.
     if threads <= 1 {
         run(0..columns, 0..blocks);
     } else if n >= rows && columns > 1 {
-        let per = columns.div_ceil(threads);
+        let per = columns.div_ceil(threads * CHUNKS_PER_THREAD);
         (0..columns.div_ceil(per)).into_par_iter().for_each(|t| run(t * per..columns.min((t + 1) * per), 0..blocks));
     } else {
-        let per = blocks.div_ceil(threads);
+        let per = blocks.div_ceil(threads * CHUNKS_PER_THREAD);
         (0..blocks.div_ceil(per)).into_par_iter().for_each(|t| run(0..columns, t * per..blocks.min((t + 1) * per)));
     }
 }
+
+/// Tasks per worker a product is split into (whole panels or whole row blocks each).
+const CHUNKS_PER_THREAD: usize = 4;
 
 /// A tile's rows of `a`: the first element, and the (row, step) strides of the others.
 type Rows = (*const f32, (usize, usize));
