@@ -299,6 +299,9 @@ pub fn gemm_program_gflops(dtype: rlx_ir::DType, dim: usize, threads: usize) -> 
     failed.map_or(Ok(2.0 * (dim as f64).powi(3) / secs / 1e9), Err)
 }
 
+/// Alternating measurements of the MLP row, each side's best kept.
+const MLP_ROUNDS: usize = 3;
+
 /// The MLP row's shape: x[32, 768] -> 3072 (GELU) -> 768, 302 MFLOP a forward pass; the
 /// same network as tools/bench/ort_mlp_bench.py.
 const MLP: (usize, usize, usize) = (32, 768, 3072);
@@ -525,13 +528,24 @@ pub fn kernel_suite() -> Vec<Row> {
         }
     }
 
-    // A skinny GEMM pair: the MLP beside onnxruntime (goal: <= 0.9x its latency).
-    let ort = onnxruntime_mlp_gflops();
+    // A skinny GEMM pair: the MLP beside onnxruntime (goal: <= 0.9x its latency). Each
+    // side's best of MLP_ROUNDS alternating measurements: this VM's speed moves by 30%
+    // within seconds (one command read 81 and 152 GFLOP/s for the same RLX binary), and
+    // one measurement a side compared whichever phases each happened to land in.
+    let (mut ours, mut ort) = ([f64::NAN; 2], None::<[f64; 2]>);
+    for _ in 0..MLP_ROUNDS {
+        for (k, threads) in [1, 2].into_iter().enumerate() {
+            ours[k] = ours[k].max(mlp_program_gflops(threads).unwrap_or(f64::NAN));
+        }
+        if let Some(round) = onnxruntime_mlp_gflops() {
+            ort = Some(ort.map_or(round, |best| [best[0].max(round[0]), best[1].max(round[1])]));
+        }
+    }
     for (k, threads) in [1, 2].into_iter().enumerate() {
         table.push(Row {
             name: format!("MLP 768-3072-768 batch 32, {threads} thr"),
             unit: "GFLOP/s",
-            ours: mlp_program_gflops(threads).unwrap_or(f64::NAN),
+            ours: ours[k],
             anchors: vec![Anchor::new(&format!("onnxruntime {threads} thread(s)"), ort.map(|r| r[k]), Some(1.0 / 0.9))],
         });
     }
