@@ -254,7 +254,8 @@ fn half_keys_and_values_are_read_widened() {
 /// cache without widening it first, GQA heads together): the f32 attention of the half
 /// values, and on the CPU bit for bit what the same values give from an f32 cache. Groups
 /// of 1, 3, 4 and 5 query heads per K/V head (past one pass of 4), 64- and 128-wide
-/// values, a sliding window and an empty window.
+/// values, a sliding window and an empty window; and calls long enough to split their
+/// keys and columns across the workers (the same bits: each sum is one chain still).
 #[test]
 fn a_decode_step_reads_an_f16_cache_as_the_f32_values() {
     let mut rng = Rng::new(82);
@@ -263,6 +264,9 @@ fn a_decode_step_reads_an_f16_cache_as_the_f32_values() {
         (9, 3, 64, 64, 120, 100, None),
         (4, 1, 32, 128, 50, 50, Some(7)),
         (10, 2, 16, 64, 33, 1, None),
+        (9, 3, 64, 64, 1100, 1000, None),
+        (9, 3, 64, 64, 1100, 1000, Some(701)),
+        (10, 2, 64, 128, 1000, 913, None),
     ] {
         let q = rand_input(&mut rng, DType::F32, &[1, hq, 1, d], -2.0, 2.0);
         let k = rand_input(&mut rng, DType::F16, &[1, hkv, skv, d], -2.0, 2.0);

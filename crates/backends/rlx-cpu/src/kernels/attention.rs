@@ -404,7 +404,7 @@ fn attention_typed<T: Float>(
 /// [`lane_sum`] does, plus the empty tail, times the scale; each output of the weighted
 /// sum adds `p_j * v_j` over the keys in order from zero (tested against that path).
 mod half16 {
-    use super::{AttentionPlan, MIN_PARALLEL_MACS};
+    use super::AttentionPlan;
     use crate::arena::Args;
     use crate::buffer::Class;
     use crate::features::{Arm, features};
@@ -414,6 +414,16 @@ mod half16 {
 
     /// Query heads per pass over a K/V head (their accumulators stay in registers).
     const HEADS: usize = 4;
+
+    /// Multiply-adds from which a decode step's attention runs on all workers
+    /// ([`split_keys`]): SmolLM2 (9 heads, 128 multiply-adds a key) from ~450 keys. At
+    /// ~500 keys, 2 threads, its attention per token went 1.17-1.24 -> 1.01-1.08 ms.
+    const MIN_SPLIT_MACS: usize = 1 << 19;
+    /// Keys per dot task of [`split_keys`] (a multiple of the 16 a lane-sum block holds).
+    const KEY_BLOCK: usize = 256;
+    /// Output columns per weighted-sum task of [`split_keys`]: 32 f16 values, one cache
+    /// line of each V row.
+    const COLUMN_BLOCK: usize = 32;
 
     /// Whether this path takes the step: f16 K and V, rows of whole vectors, AVX-512 with F16C.
     pub(super) fn fits(p: &AttentionPlan, arm: Arm, ins: &Args) -> Result<bool> {
@@ -430,12 +440,14 @@ mod half16 {
         let (d, dv, group) = (p.d, p.dv, p.hq / p.hkv);
         let (first, visible) = (p.first_visible(0, len), p.visible(0, len));
         let keys = visible - first;
+        if keys == 0 {
+            return out.fill(0.0); // no keys: the empty sum
+        }
+        if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_SPLIT_MACS {
+            return split_keys(p, (first, keys), q, k, v, out);
+        }
         // The query heads of K/V head `kv` (`b * hkv + h`): their outputs are contiguous.
-        let kv_head = |kv: usize, o: &mut [f32]| {
-            if keys == 0 {
-                o.fill(0.0); // no keys: the empty sum
-                return;
-            }
+        for (kv, o) in out.chunks_mut(group * dv).enumerate() {
             let at = kv * p.skv + first;
             let (kh, vh) = (&k[at * d..][..keys * d], &v[at * dv..][..keys * dv]);
             for (h0, o) in (0..group).step_by(HEADS).zip(o.chunks_mut(HEADS * dv)) {
@@ -444,21 +456,84 @@ mod half16 {
                 crate::threads::with_scratch::<f32, _>(2 * heads * keys, |scratch| {
                     let (scores, probs) = scratch.split_at_mut(heads * keys);
                     // SAFETY: `fits` found AVX-512 and F16C; the slices hold `heads` query
-                    // rows of d, `keys` K rows of d and V rows of dv, `heads` output rows.
-                    unsafe { x86::dots_avx512(qh, kh, d, vh, dv, p.scale as f32, scores) };
+                    // rows of d, `keys` K rows of d and V rows of dv, `heads` rows of
+                    // scores and of output.
+                    unsafe { x86::dots_avx512(qh, kh, d, vh, dv, p.scale as f32, (scores.as_mut_ptr(), keys)) };
                     for (s, pr) in scores.chunks_exact(keys).zip(probs.chunks_exact_mut(keys)) {
                         crate::kernels::rows::softmax_rows(Arm::Avx512, s, pr, keys);
                     }
                     // SAFETY: as above.
-                    unsafe { x86::weighted_avx512(probs, keys, vh, dv, o) };
+                    unsafe { x86::weighted_avx512(probs, keys, vh, dv, (heads, 0..dv), o.as_mut_ptr()) };
                 });
             }
-        };
-        if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_PARALLEL_MACS {
-            out.par_chunks_mut(group * dv).enumerate().for_each(|(kv, o)| kv_head(kv, o));
-        } else {
-            out.chunks_mut(group * dv).enumerate().for_each(|(kv, o)| kv_head(kv, o));
         }
+    }
+
+    /// [`decode_heads`] on all workers, for a call too long for one: the dots by blocks of
+    /// [`KEY_BLOCK`] keys, then each head's softmax and weighted sum by blocks of
+    /// [`COLUMN_BLOCK`] output columns (each task the softmax of its K/V head's query
+    /// heads, which the other column blocks compute again). Splitting by K/V heads alone
+    /// left SmolLM2's 3 on 2 workers 2 : 1, and one worker reading the cache drew ~9 GB/s,
+    /// its prefetches waiting for fill buffers (Intel Xeon, model 207). Its decode at
+    /// ~950 positions, 2 threads: attention 1.90-2.18 -> 1.44-1.60 ms a token, 188-214 ->
+    /// 229-235 tok/s. Every dot, softmax and output sum is the same chain as in the loop
+    /// above: the same bits.
+    fn split_keys(p: &AttentionPlan, (first, keys): (usize, usize), q: &[f32], k: &[f16], v: &[f16], out: &mut [f32]) {
+        // Every (head, key) score is written by the dots before any is read.
+        crate::threads::with_scratch::<f32, _>(p.b * p.hq * keys, |scores| {
+            split_keys_into(p, (first, keys), (q, k, v), scores, out)
+        })
+    }
+
+    /// [`split_keys`] with `scores` for every (query head, key).
+    fn split_keys_into(
+        p: &AttentionPlan,
+        (first, keys): (usize, usize),
+        (q, k, v): (&[f32], &[f16], &[f16]),
+        scores: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let (d, dv, group, kv_heads) = (p.d, p.dv, p.hq / p.hkv, p.b * p.hkv);
+        let key_blocks = keys.div_ceil(KEY_BLOCK);
+        let shared = crate::kernels::SharedOut::new(scores);
+        (0..kv_heads * key_blocks).into_par_iter().for_each(|task| {
+            let (kv, j0) = (task / key_blocks, task % key_blocks * KEY_BLOCK);
+            let n = KEY_BLOCK.min(keys - j0);
+            let at = kv * p.skv + first + j0;
+            let (kh, vh) = (&k[at * d..][..n * d], &v[at * dv..][..n * dv]);
+            for h0 in (0..group).step_by(HEADS) {
+                let heads = HEADS.min(group - h0);
+                let qh = &q[(kv * group + h0) * d..][..heads * d];
+                // SAFETY: `fits` checked the CPU; the task writes keys j0..j0 + n of its
+                // heads' rows of `scores` (rows of `keys`), which no other task writes.
+                unsafe {
+                    let rows = shared.at((kv * group + h0) * keys + j0);
+                    x86::dots_avx512(qh, kh, d, vh, dv, p.scale as f32, (rows, keys));
+                }
+            }
+        });
+        let blocks = dv / COLUMN_BLOCK;
+        let shared = crate::kernels::SharedOut::new(out);
+        (0..kv_heads * blocks).into_par_iter().for_each(|task| {
+            let (kv, c0) = (task / blocks, task % blocks * COLUMN_BLOCK);
+            let vh = &v[(kv * p.skv + first) * dv..][..keys * dv];
+            for h0 in (0..group).step_by(HEADS) {
+                let heads = HEADS.min(group - h0);
+                let row = (kv * group + h0) * keys;
+                crate::threads::with_scratch::<f32, _>(heads * keys, |probs| {
+                    let s = &scores[row..][..heads * keys];
+                    for (s, pr) in s.chunks_exact(keys).zip(probs.chunks_exact_mut(keys)) {
+                        crate::kernels::rows::softmax_rows(Arm::Avx512, s, pr, keys);
+                    }
+                    // SAFETY: as above; the task writes columns c0.. of its heads' output
+                    // rows, which no other task writes.
+                    unsafe {
+                        let o = shared.at((kv * group + h0) * dv);
+                        x86::weighted_avx512(probs, keys, vh, dv, (heads, c0..c0 + COLUMN_BLOCK), o);
+                    }
+                });
+            }
+        });
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -489,9 +564,11 @@ mod half16 {
         /// ~10 in a 24-cycle chain. A K/V head of 80 keys and 3 query heads, 1.30-1.36 ->
         /// 0.93 us (Intel Xeon, model 207); a SmolLM2 step's attention call 6.5-8.2 -> 5.6-6.6 us.
         ///
+        /// Query row h's scores go to `scores.0 + h * scores.1` (rows `scores.1` apart).
+        ///
         /// # Safety
         /// The host has AVX-512 F/DQ and F16C; `d` is a multiple of 16; `k` holds whole rows
-        /// of `d`; `scores` holds one value per (query row, K row).
+        /// of `d`; `scores` addresses one writable value per (query row, K row).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
         pub unsafe fn dots_avx512(
             q: &[f32],
@@ -500,7 +577,7 @@ mod half16 {
             v: &[f16],
             dv: usize,
             scale: f32,
-            scores: &mut [f32],
+            scores: (*mut f32, usize),
         ) {
             let (heads, keys) = (q.len() / d, k.len() / d);
             // Per head, the lane sums of a block's keys (lanes past a short block's keys
@@ -532,7 +609,7 @@ mod half16 {
                     let keep: __mmask16 = if n == 16 { !0 } else { (1u16 << n) - 1 };
                     for (h, lanes) in lanes.iter().enumerate().take(heads) {
                         let dots = _mm512_add_ps(lane_sums(lanes), _mm512_setzero_ps());
-                        let out = scores.as_mut_ptr().add(h * keys + j0);
+                        let out = scores.0.add(h * scores.1 + j0);
                         _mm512_mask_storeu_ps(out, keep, _mm512_mul_ps(dots, _mm512_set1_ps(scale)));
                     }
                 }
@@ -578,32 +655,45 @@ mod half16 {
             }
         }
 
-        /// `out[h] = sum_j probs[h * keys + j] v_j` for the `out.len() / dv` heads, 64
-        /// outputs of every head per pass over the V rows.
+        /// `out[h][c] = sum_j probs[h * keys + j] v_j[c]` for `heads.0` heads (output rows `dv`
+        /// apart at `out`) and the columns `heads.1`, up to 64 of every head per pass over
+        /// the V rows.
         ///
         /// # Safety
-        /// The host has AVX-512 F and F16C; `dv` is a multiple of 64; `v` holds `keys` rows
-        /// of `dv`; `probs` one value per (head, key).
+        /// The host has AVX-512 F and F16C; the columns are whole vectors of 16 inside
+        /// `dv`; `v` holds `keys` rows of `dv`; `probs` one value per (head, key); `out`
+        /// addresses the heads' rows of `dv` writable values.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-        pub unsafe fn weighted_avx512(probs: &[f32], keys: usize, v: &[f16], dv: usize, out: &mut [f32]) {
-            let heads = out.len() / dv;
-            // SAFETY (whole body): reads stay in `probs` and the rows of `v`, writes in `out`.
+        pub unsafe fn weighted_avx512(
+            probs: &[f32],
+            keys: usize,
+            v: &[f16],
+            dv: usize,
+            (heads, columns): (usize, std::ops::Range<usize>),
+            out: *mut f32,
+        ) {
+            // SAFETY (whole body): reads stay in `probs` and the rows of `v`, writes in the
+            // heads' columns of `out`.
             unsafe {
-                for block in (0..dv).step_by(64) {
+                for block in columns.clone().step_by(64) {
+                    let vectors = (columns.end - block).min(64) / 16;
                     let mut acc = [[_mm512_setzero_ps(); 4]; HEADS];
                     for j in 0..keys {
                         let row = v.as_ptr().add(j * dv + block) as *const __m256i;
-                        let vc: [__m512; 4] = std::array::from_fn(|c| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(c))));
+                        let mut vc = [_mm512_setzero_ps(); 4];
+                        for (c, x) in vc.iter_mut().enumerate().take(vectors) {
+                            *x = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(c)));
+                        }
                         for (h, acc) in acc.iter_mut().enumerate().take(heads) {
                             let pj = _mm512_set1_ps(*probs.get_unchecked(h * keys + j));
-                            for (a, &x) in acc.iter_mut().zip(&vc) {
+                            for (a, &x) in acc.iter_mut().zip(&vc).take(vectors) {
                                 *a = _mm512_add_ps(*a, _mm512_mul_ps(pj, x));
                             }
                         }
                     }
                     for (h, acc) in acc.iter().enumerate().take(heads) {
-                        for (c, &a) in acc.iter().enumerate() {
-                            _mm512_storeu_ps(out.as_mut_ptr().add(h * dv + block + c * 16), a);
+                        for (c, &a) in acc.iter().enumerate().take(vectors) {
+                            _mm512_storeu_ps(out.add(h * dv + block + c * 16), a);
                         }
                     }
                 }
@@ -614,10 +704,17 @@ mod half16 {
     #[cfg(not(target_arch = "x86_64"))]
     mod x86 {
         use half::f16;
-        pub unsafe fn dots_avx512(_: &[f32], _: &[f16], _: usize, _: &[f16], _: usize, _: f32, _: &mut [f32]) {
+        pub unsafe fn dots_avx512(_: &[f32], _: &[f16], _: usize, _: &[f16], _: usize, _: f32, _: (*mut f32, usize)) {
             unreachable!("fits() is false off x86-64")
         }
-        pub unsafe fn weighted_avx512(_: &[f32], _: usize, _: &[f16], _: usize, _: &mut [f32]) {
+        pub unsafe fn weighted_avx512(
+            _: &[f32],
+            _: usize,
+            _: &[f16],
+            _: usize,
+            _: (usize, std::ops::Range<usize>),
+            _: *mut f32,
+        ) {
             unreachable!("fits() is false off x86-64")
         }
     }
