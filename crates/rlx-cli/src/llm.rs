@@ -471,6 +471,9 @@ const PP: usize = 512;
 const TG: usize = 128;
 const CONTEXT: usize = 1024;
 const REPS: usize = 3;
+/// Cache rows filled before the `tg128@d896` row's decode: the context less the tokens
+/// decoded, where attention over the cache is a third of a token (SmolLM2).
+const DEPTH: usize = CONTEXT - TG;
 
 /// `rlx bench llm`: pp512 and tg128 at each thread count, and the decode roof: the DRAM
 /// read rate over the bytes a token reads. With `llama_cpp`, the same on llama.cpp in the
@@ -545,13 +548,13 @@ pub fn bench_llm(
             Some((report["peak_rss_kib"].as_u64().unwrap_or(0), report["baseline_rss_kib"].as_u64().unwrap_or(0)));
     }
     println!();
-    println!("{:>7}  {:<9} {:>12} {:>16} {:>8}", "threads", "test", "rlx tok/s", "llama.cpp tok/s", "ratio");
+    println!("{:>7}  {:<10} {:>12} {:>16} {:>8}", "threads", "test", "rlx tok/s", "llama.cpp tok/s", "ratio");
     for r in &rows {
         let (anchor, ratio) = match r.anchor {
             Some(a) => (format!("{a:.1}"), format!("{:.2}x", r.rlx / a)),
             None => ("-".into(), "-".into()),
         };
-        println!("{:>7}  {:<9} {:>12.1} {:>16} {:>8}", r.threads, r.test, r.rlx, anchor, ratio);
+        println!("{:>7}  {:<10} {:>12.1} {:>16} {:>8}", r.threads, r.test, r.rlx, anchor, ratio);
     }
     println!();
     let mib = |kib: u64| kib as f64 / 1024.0;
@@ -635,6 +638,20 @@ fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mu
     tg()?;
     let runs = (0..REPS).map(|_| tg()).collect::<Result<Vec<_>>>()?;
     rows.push(Row { threads: t, test: format!("tg{TG}"), rlx: median(runs), anchor: None });
+    // The same decode after DEPTH cache rows (llama-bench's `-d`); their prefill untimed.
+    let filled: Vec<TokenId> = (0..DEPTH).map(|i| ((i * 7919) % vocab) as TokenId).collect();
+    let mut tg_deep = || -> Result<f64> {
+        m.reset();
+        m.prefill(&filled)?;
+        let start = Instant::now();
+        for &id in &generated {
+            m.decode(id)?;
+        }
+        Ok(TG as f64 / start.elapsed().as_secs_f64())
+    };
+    tg_deep()?;
+    let runs = (0..REPS).map(|_| tg_deep()).collect::<Result<Vec<_>>>()?;
+    rows.push(Row { threads: t, test: format!("tg{TG}@d{DEPTH}"), rlx: median(runs), anchor: None });
     for &b in batch {
         // `b` sequences, each after a 16-token prompt of its own, decoded together:
         // tokens of all of them per second.
@@ -677,14 +694,14 @@ fn llama_bench_path() -> Result<Option<PathBuf>> {
     Ok(path.exists().then_some(path))
 }
 
-/// llama-bench's pp512 and tg128 tokens/s at `threads`, as (test, rate), and its peak
-/// resident set in KiB (sampled from /proc while it runs).
+/// llama-bench's pp512, tg128 and tg128@d896 tokens/s at `threads`, as (test, rate), and
+/// its peak resident set in KiB (sampled from /proc while it runs).
 fn run_llama_bench(bin: &Path, model: &Path, threads: usize) -> Result<LlamaBenchRun> {
     eprintln!("running llama-bench at {threads} threads...");
-    let run = |extra: &[&str]| -> Result<(std::process::ExitStatus, String, u64)> {
+    let run_one = |extra: &[&str]| -> Result<(std::process::ExitStatus, String, u64)> {
         let mut child = std::process::Command::new(bin)
-            .args(["-m", &model.display().to_string(), "-p", &PP.to_string(), "-n", &TG.to_string()])
-            .args(["-t", &threads.to_string(), "-r", &REPS.to_string(), "-o", "json"])
+            .args(["-m", &model.display().to_string()])
+            .args(["-t", &threads.to_string(), "-r", &REPS.to_string(), "-o", "jsonl"])
             .args(extra)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -710,6 +727,21 @@ fn run_llama_bench(bin: &Path, model: &Path, threads: usize) -> Result<LlamaBenc
             .map_err(|e| Error::io(format!("llama-bench output: {e}")))?;
         Ok((status, text, peak_kib))
     };
+    // pp512 and tg128, then tg128 after DEPTH rows (one run each: no pp512 at that depth).
+    let (pp, tg, depth) = (PP.to_string(), TG.to_string(), DEPTH.to_string());
+    let tests = [["-p", pp.as_str(), "-n", &tg, "-d", "0"], ["-p", "0", "-n", &tg, "-d", &depth]];
+    let run = |extra: &[&str]| -> Result<(std::process::ExitStatus, String, u64)> {
+        let (mut text, mut peak_kib) = (String::new(), 0);
+        for test in &tests {
+            let (status, out, peak) = run_one(&[test.as_slice(), extra].concat())?;
+            text.push_str(&out);
+            peak_kib = peak_kib.max(peak);
+            if !status.success() || test == tests.last().expect("two tests") {
+                return Ok((status, text, peak_kib));
+            }
+        }
+        unreachable!("the last test returns")
+    };
     let (mut status, mut text, mut peak_kib) = run(&[])?;
     // ggml's AMX kernels (used through its weight repacking) raise SIGILL in some VMs that
     // grant AMX to other programs (an Intel Xeon here, 2026-12-05: `tilezero` in
@@ -725,17 +757,18 @@ fn run_llama_bench(bin: &Path, model: &Path, threads: usize) -> Result<LlamaBenc
     if !status.success() {
         return Err(Error::runtime(format!("{} failed ({status}) on {}", bin.display(), model.display())));
     }
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::parse(format!("llama-bench output: {e}")))?;
-    let rates = json
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| {
-            let (pp, tg, rate) = (r["n_prompt"].as_u64()?, r["n_gen"].as_u64()?, r["avg_ts"].as_f64()?);
-            Some((if pp > 0 { format!("pp{pp}") } else { format!("tg{tg}") }, rate))
-        })
-        .collect();
+    // One JSON object a line (`-o jsonl`), one line a test.
+    let mut rates = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let r: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| Error::parse(format!("llama-bench output: {e}: {line}")))?;
+        let field = |name: &str| r[name].as_u64();
+        if let (Some(pp), Some(tg), Some(rate)) = (field("n_prompt"), field("n_gen"), r["avg_ts"].as_f64()) {
+            let test = if pp > 0 { format!("pp{pp}") } else { format!("tg{tg}") };
+            let depth = field("n_depth").unwrap_or(0);
+            rates.push((if depth > 0 { format!("{test}@d{depth}") } else { test }, rate));
+        }
+    }
     Ok(LlamaBenchRun { rates, peak_kib, repack_off: sigill })
 }
 

@@ -267,8 +267,8 @@ enum Command {
     /// Print the CPU features found, the arm each kernel family uses, and the devices.
     Info,
     /// Measure against anchors in one run: `kernels` (glibc, NumPy, OpenBLAS, FMA peak),
-    /// `transformer` (fusion and memory plan), `llm` (pp512 / tg128 tokens/s; llama.cpp
-    /// with --llama-cpp). With `--device gpu`: GEMM GFLOP/s on the GPU against the CPU
+    /// `transformer` (fusion and memory plan), `llm` (pp512 / tg128 / tg128 after 896
+    /// cached tokens, tokens/s; llama.cpp with --llama-cpp). With `--device gpu`: GEMM GFLOP/s on the GPU against the CPU
     /// (`kernels`), or the LLM's tokens/s on the GPU (`llm`). `onnx MODEL.onnx --shape
     /// NAME=AxB`: latency against onnxruntime.
     Bench {
