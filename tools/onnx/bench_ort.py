@@ -13,7 +13,7 @@ With --serve the session stays open: after the warm-up it prints {"ready": true}
 each line "N MS" read from stdin runs untimed for MS milliseconds, then times N runs and prints
 {"times_ms": [...]}, until stdin closes.
 `rlx bench onnx` drives it so that its rounds and onnxruntime's alternate (this VM's speed
-moves by 30% within minutes: figures measured minutes apart do not compare).
+moves by 30% from one 60 ms stretch to the next: figures measured apart do not compare).
 """
 import argparse
 import json

@@ -627,31 +627,25 @@ fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mu
     pp()?;
     let runs = (0..REPS).map(|_| pp()).collect::<Result<Vec<_>>>()?;
     rows.push(Row { threads: t, test: format!("pp{PP}"), rlx: median(runs), anchor: None });
-    let mut tg = || -> Result<f64> {
-        m.reset();
-        let start = Instant::now();
-        for &id in &generated {
-            m.decode(id)?;
-        }
-        Ok(TG as f64 / start.elapsed().as_secs_f64())
-    };
-    tg()?;
-    let runs = (0..REPS).map(|_| tg()).collect::<Result<Vec<_>>>()?;
-    rows.push(Row { threads: t, test: format!("tg{TG}"), rlx: median(runs), anchor: None });
-    // The same decode after DEPTH cache rows (llama-bench's `-d`); their prefill untimed.
+    // tg128 from an empty cache, then after DEPTH cache rows (llama-bench's `-d`), whose
+    // prefill is not timed.
     let filled: Vec<TokenId> = (0..DEPTH).map(|i| ((i * 7919) % vocab) as TokenId).collect();
-    let mut tg_deep = || -> Result<f64> {
+    let mut tg_after = |filled: &[TokenId]| -> Result<f64> {
         m.reset();
-        m.prefill(&filled)?;
+        if !filled.is_empty() {
+            m.prefill(filled)?;
+        }
         let start = Instant::now();
         for &id in &generated {
             m.decode(id)?;
         }
         Ok(TG as f64 / start.elapsed().as_secs_f64())
     };
-    tg_deep()?;
-    let runs = (0..REPS).map(|_| tg_deep()).collect::<Result<Vec<_>>>()?;
-    rows.push(Row { threads: t, test: format!("tg{TG}@d{DEPTH}"), rlx: median(runs), anchor: None });
+    for (test, filled) in [(format!("tg{TG}"), &[][..]), (format!("tg{TG}@d{DEPTH}"), &filled[..])] {
+        tg_after(filled)?;
+        let runs = (0..REPS).map(|_| tg_after(filled)).collect::<Result<Vec<_>>>()?;
+        rows.push(Row { threads: t, test, rlx: median(runs), anchor: None });
+    }
     for &b in batch {
         // `b` sequences, each after a 16-token prompt of its own, decoded together:
         // tokens of all of them per second.

@@ -257,7 +257,9 @@ impl OrtSession {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            // Its errors (a Python traceback) go where this command's go; a pipe nobody
+            // reads could fill and stall the session.
+            .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("{python}: {e}"))?;
         let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
@@ -280,17 +282,13 @@ impl OrtSession {
         times.iter().map(|t| t.as_f64().ok_or_else(|| format!("bench_ort.py: time {t}"))).collect()
     }
 
-    /// The session's next JSON line; its last line of stderr if it ended instead.
+    /// The session's next JSON line.
     fn reply(&mut self) -> std::result::Result<serde_json::Value, String> {
-        use std::io::{BufRead, Read};
+        use std::io::BufRead;
         let mut line = String::new();
         let read = self.stdout.read_line(&mut line).map_err(|e| format!("bench_ort.py: {e}"))?;
         if read == 0 {
-            let mut err = String::new();
-            if let Some(stderr) = self.child.stderr.as_mut() {
-                let _ = stderr.read_to_string(&mut err);
-            }
-            return Err(format!("bench_ort.py failed: {}", err.lines().last().unwrap_or("")));
+            return Err("bench_ort.py ended (its error above)".to_string());
         }
         serde_json::from_str(&line).map_err(|e| format!("bench_ort.py output: {e}"))
     }
