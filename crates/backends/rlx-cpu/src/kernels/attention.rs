@@ -42,11 +42,18 @@ pub struct AttentionPlan {
 /// Query rows per task: S for 64 rows of a 2048-key cache is 512 KiB, inside L2.
 const ROW_BLOCK: usize = 64;
 
-/// Multiply-adds below which attention stays on one thread. A SmolLM2 decode step
-/// (9 heads x ~100 keys x 128 = 115K) cost 35 us split across 2 threads and 25 us on one
-/// (8 rows a step, AMD EPYC): waking the other worker costs more than it saves up to
-/// millions of multiply-adds.
+/// Multiply-adds below which a prompt's attention stays on one thread. A SmolLM2 decode
+/// step (9 heads x ~100 keys x 128 = 115K) cost 35 us split across 2 threads and 25 us on
+/// one (8 rows a step, AMD EPYC, before workers stayed awake through a run).
 const MIN_PARALLEL_MACS: usize = 1 << 22;
+
+/// Multiply-adds from which a decode step's attention (one query row a head) runs on all
+/// workers: SmolLM2 (9 heads, 128 multiply-adds a key) from ~450 keys. Its attention per
+/// token, 2 threads, Intel Xeon (model 207): at ~500 keys 1.17-1.24 -> 1.01-1.08 ms over an
+/// f16 cache and 2.68-2.94 -> 1.66-1.78 over an f32 one; at ~950 keys 5.6-6.4 -> 3.1-3.4 ms
+/// over an f32 cache (the f16 cache's figures at [`half16`]'s `split_keys`). The 8-row
+/// step's calls run side by side, one worker each, and never split.
+const MIN_DECODE_SPLIT_MACS: usize = 1 << 19;
 
 impl AttentionPlan {
     pub fn new(
@@ -266,7 +273,7 @@ fn decode_heads(p: &AttentionPlan, len: usize, arm: Arm, q: &[f32], k: &[f32], v
             weighted_rows(arm, probs, &v[kv * dv..][..keys * dv], o);
         })
     };
-    if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_PARALLEL_MACS {
+    if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_DECODE_SPLIT_MACS {
         out.par_chunks_mut(dv).enumerate().for_each(|(bh, o)| head(bh, o));
     } else {
         out.chunks_mut(dv).enumerate().for_each(|(bh, o)| head(bh, o));
@@ -404,7 +411,7 @@ fn attention_typed<T: Float>(
 /// [`lane_sum`] does, plus the empty tail, times the scale; each output of the weighted
 /// sum adds `p_j * v_j` over the keys in order from zero (tested against that path).
 mod half16 {
-    use super::AttentionPlan;
+    use super::{AttentionPlan, MIN_DECODE_SPLIT_MACS};
     use crate::arena::Args;
     use crate::buffer::Class;
     use crate::features::{Arm, features};
@@ -415,10 +422,6 @@ mod half16 {
     /// Query heads per pass over a K/V head (their accumulators stay in registers).
     const HEADS: usize = 4;
 
-    /// Multiply-adds from which a decode step's attention runs on all workers
-    /// ([`split_keys`]): SmolLM2 (9 heads, 128 multiply-adds a key) from ~450 keys. At
-    /// ~500 keys, 2 threads, its attention per token went 1.17-1.24 -> 1.01-1.08 ms.
-    const MIN_SPLIT_MACS: usize = 1 << 19;
     /// Keys per dot task of [`split_keys`] (a multiple of the 16 a lane-sum block holds).
     const KEY_BLOCK: usize = 256;
     /// Output columns per weighted-sum task of [`split_keys`]: 32 f16 values, one cache
@@ -443,7 +446,7 @@ mod half16 {
         if keys == 0 {
             return out.fill(0.0); // no keys: the empty sum
         }
-        if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_SPLIT_MACS {
+        if crate::threads::current() > 1 && p.b * p.hq * keys * (d + dv) >= MIN_DECODE_SPLIT_MACS {
             return split_keys(p, (first, keys), q, k, v, out);
         }
         // The query heads of K/V head `kv` (`b * hkv + h`): their outputs are contiguous.
