@@ -478,65 +478,54 @@ mod half16 {
     /// heads, which the other column blocks compute again). Splitting by K/V heads alone
     /// left SmolLM2's 3 on 2 workers 2 : 1, and one worker reading the cache drew ~9 GB/s,
     /// its prefetches waiting for fill buffers (Intel Xeon, model 207). Its decode at
-    /// ~950 positions, 2 threads: attention 1.90-2.18 -> 1.44-1.60 ms a token, 188-214 ->
-    /// 229-235 tok/s. Every dot, softmax and output sum is the same chain as in the loop
+    /// ~950 positions, 2 threads: attention 1.90-2.18 -> 1.41-1.60 ms a token, 188-214 ->
+    /// 228-235 tok/s. Every dot, softmax and output sum is the same chain as in the loop
     /// above: the same bits.
     fn split_keys(p: &AttentionPlan, (first, keys): (usize, usize), q: &[f32], k: &[f16], v: &[f16], out: &mut [f32]) {
-        // Every (head, key) score is written by the dots before any is read.
+        // Every (query head, key) score is written by the dots before any is read.
         crate::threads::with_scratch::<f32, _>(p.b * p.hq * keys, |scores| {
-            split_keys_into(p, (first, keys), (q, k, v), scores, out)
-        })
-    }
-
-    /// [`split_keys`] with `scores` for every (query head, key).
-    fn split_keys_into(
-        p: &AttentionPlan,
-        (first, keys): (usize, usize),
-        (q, k, v): (&[f32], &[f16], &[f16]),
-        scores: &mut [f32],
-        out: &mut [f32],
-    ) {
-        let (d, dv, group, kv_heads) = (p.d, p.dv, p.hq / p.hkv, p.b * p.hkv);
-        let key_blocks = keys.div_ceil(KEY_BLOCK);
-        let shared = crate::kernels::SharedOut::new(scores);
-        (0..kv_heads * key_blocks).into_par_iter().for_each(|task| {
-            let (kv, j0) = (task / key_blocks, task % key_blocks * KEY_BLOCK);
-            let n = KEY_BLOCK.min(keys - j0);
-            let at = kv * p.skv + first + j0;
-            let (kh, vh) = (&k[at * d..][..n * d], &v[at * dv..][..n * dv]);
-            for h0 in (0..group).step_by(HEADS) {
-                let heads = HEADS.min(group - h0);
-                let qh = &q[(kv * group + h0) * d..][..heads * d];
-                // SAFETY: `fits` checked the CPU; the task writes keys j0..j0 + n of its
-                // heads' rows of `scores` (rows of `keys`), which no other task writes.
-                unsafe {
-                    let rows = shared.at((kv * group + h0) * keys + j0);
-                    x86::dots_avx512(qh, kh, d, vh, dv, p.scale as f32, (rows, keys));
-                }
-            }
-        });
-        let blocks = dv / COLUMN_BLOCK;
-        let shared = crate::kernels::SharedOut::new(out);
-        (0..kv_heads * blocks).into_par_iter().for_each(|task| {
-            let (kv, c0) = (task / blocks, task % blocks * COLUMN_BLOCK);
-            let vh = &v[(kv * p.skv + first) * dv..][..keys * dv];
-            for h0 in (0..group).step_by(HEADS) {
-                let heads = HEADS.min(group - h0);
-                let row = (kv * group + h0) * keys;
-                crate::threads::with_scratch::<f32, _>(heads * keys, |probs| {
-                    let s = &scores[row..][..heads * keys];
-                    for (s, pr) in s.chunks_exact(keys).zip(probs.chunks_exact_mut(keys)) {
-                        crate::kernels::rows::softmax_rows(Arm::Avx512, s, pr, keys);
-                    }
-                    // SAFETY: as above; the task writes columns c0.. of its heads' output
-                    // rows, which no other task writes.
+            let (d, dv, group, kv_heads) = (p.d, p.dv, p.hq / p.hkv, p.b * p.hkv);
+            let key_blocks = keys.div_ceil(KEY_BLOCK);
+            let shared = crate::kernels::SharedOut::new(scores);
+            (0..kv_heads * key_blocks).into_par_iter().for_each(|task| {
+                let (kv, j0) = (task / key_blocks, task % key_blocks * KEY_BLOCK);
+                let n = KEY_BLOCK.min(keys - j0);
+                let at = kv * p.skv + first + j0;
+                let (kh, vh) = (&k[at * d..][..n * d], &v[at * dv..][..n * dv]);
+                for h0 in (0..group).step_by(HEADS) {
+                    let heads = HEADS.min(group - h0);
+                    let qh = &q[(kv * group + h0) * d..][..heads * d];
+                    // SAFETY: `fits` checked the CPU; the task writes keys j0..j0 + n of its
+                    // heads' rows of `scores` (rows of `keys`), which no other task writes.
                     unsafe {
-                        let o = shared.at((kv * group + h0) * dv);
-                        x86::weighted_avx512(probs, keys, vh, dv, (heads, c0..c0 + COLUMN_BLOCK), o);
+                        let rows = shared.at((kv * group + h0) * keys + j0);
+                        x86::dots_avx512(qh, kh, d, vh, dv, p.scale as f32, (rows, keys));
                     }
-                });
-            }
-        });
+                }
+            });
+            let blocks = dv / COLUMN_BLOCK;
+            let shared = crate::kernels::SharedOut::new(out);
+            (0..kv_heads * blocks).into_par_iter().for_each(|task| {
+                let (kv, c0) = (task / blocks, task % blocks * COLUMN_BLOCK);
+                let vh = &v[(kv * p.skv + first) * dv..][..keys * dv];
+                for h0 in (0..group).step_by(HEADS) {
+                    let heads = HEADS.min(group - h0);
+                    let row = (kv * group + h0) * keys;
+                    crate::threads::with_scratch::<f32, _>(heads * keys, |probs| {
+                        let s = &scores[row..][..heads * keys];
+                        for (s, pr) in s.chunks_exact(keys).zip(probs.chunks_exact_mut(keys)) {
+                            crate::kernels::rows::softmax_rows(Arm::Avx512, s, pr, keys);
+                        }
+                        // SAFETY: as above; the task writes columns c0.. of its heads' output
+                        // rows, which no other task writes.
+                        unsafe {
+                            let o = shared.at((kv * group + h0) * dv);
+                            x86::weighted_avx512(probs, keys, vh, dv, (heads, c0..c0 + COLUMN_BLOCK), o);
+                        }
+                    });
+                }
+            });
+        })
     }
 
     #[cfg(target_arch = "x86_64")]
