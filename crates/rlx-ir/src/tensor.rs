@@ -176,14 +176,22 @@ impl<'a> TensorRef<'a> {
 
     /// Every dtype converted to f32 (integers and bools by value, f64 rounded to nearest).
     pub fn to_f32_vec(&self) -> Vec<f32> {
+        let mut values = Vec::with_capacity(self.len());
+        self.extend_f32(&mut values);
+        values
+    }
+
+    /// Appends the values [`TensorRef::to_f32_vec`] gives to `out` (a buffer reused run
+    /// after run: no allocation once it is large enough).
+    pub fn extend_f32(&self, out: &mut Vec<f32>) {
         match self.dtype {
-            DType::F32 => self.chunks::<4>().map(f32::from_le_bytes).collect(),
-            DType::F16 => self.chunks::<2>().map(|b| f16::from_le_bytes(b).to_f32()).collect(),
-            DType::BF16 => self.chunks::<2>().map(|b| bf16::from_le_bytes(b).to_f32()).collect(),
-            DType::I32 => self.chunks::<4>().map(|b| i32::from_le_bytes(b) as f32).collect(),
-            DType::I64 => self.chunks::<8>().map(|b| i64::from_le_bytes(b) as f32).collect(),
+            DType::F32 => out.extend(self.chunks::<4>().map(f32::from_le_bytes)),
+            DType::F16 => out.extend(self.chunks::<2>().map(|b| f16::from_le_bytes(b).to_f32())),
+            DType::BF16 => out.extend(self.chunks::<2>().map(|b| bf16::from_le_bytes(b).to_f32())),
+            DType::I32 => out.extend(self.chunks::<4>().map(|b| i32::from_le_bytes(b) as f32)),
+            DType::I64 => out.extend(self.chunks::<8>().map(|b| i64::from_le_bytes(b) as f32)),
             // f64 -> f32 `as` rounds to nearest even in one step.
-            _ => self.to_f64_vec().into_iter().map(|v| v as f32).collect(),
+            _ => out.extend(self.to_f64_vec().into_iter().map(|v| v as f32)),
         }
     }
 

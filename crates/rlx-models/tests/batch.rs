@@ -37,7 +37,8 @@ fn argmax(logits: &[f32]) -> TokenId {
 
 /// Three sequences in slots 3, 1 and 2 joining at steps 0, 2 and 3 (their prompts
 /// prefilled between steps), the first leaving after 5; rows handed over out of slot
-/// order. Each row's logits equal its solo run's.
+/// order. Each row's logits equal its solo run's, from `decode_batch` and from
+/// `decode_batch_into`.
 fn check(model: &std::path::Path, options: LlamaOptions) {
     let mut llama = Llama::load(model, &options).unwrap();
     let prompts: Vec<Vec<TokenId>> =
@@ -53,6 +54,7 @@ fn check(model: &std::path::Path, options: LlamaOptions) {
     let leaves = [5, steps + 3, steps + 3];
     // Per sequence: steps done.
     let mut done = [0usize; 3];
+    let mut reused = vec![f32::NAN; 5];
     for t in 0..steps + 3 {
         for s in 0..3 {
             if joins[s] == t {
@@ -68,7 +70,13 @@ fn check(model: &std::path::Path, options: LlamaOptions) {
             .iter()
             .map(|&s| BatchRow { slot: slots[s], pos: prompts[s].len() + done[s], token: want[s][done[s]].0 })
             .collect();
-        let logits = llama.decode_batch(&rows).unwrap();
+        // Every other step into the buffer the last one left (its size another batch's).
+        let logits = if t % 2 == 0 {
+            llama.decode_batch(&rows).unwrap()
+        } else {
+            llama.decode_batch_into(&rows, &mut reused).unwrap();
+            reused.clone()
+        };
         let vocab = logits.len() / rows.len();
         for (row, &s) in live.iter().enumerate() {
             let got = &logits[row * vocab..][..vocab];

@@ -171,7 +171,8 @@ impl CompiledGraph {
             .map(|(slot, &k)| from_f32_values("input", &self.inputs[slot], inputs[k].1))
             .collect::<Result<_>>()?;
         let views: Vec<TensorRef> = tensors.iter().map(HostTensor::view).collect();
-        Ok(self.execute(&views)?.iter().map(HostTensor::to_f32_vec).collect())
+        self.check_params()?;
+        Ok(self.executable.run(&views)?.iter().map(HostTensor::to_f32_vec).collect())
     }
 
     /// Typed inputs: each input's own dtype passes through byte for byte; another float
@@ -184,28 +185,45 @@ impl CompiledGraph {
     /// [`CompiledGraph::run_typed`] on borrowed tensors (a caller's buffers: NumPy
     /// arrays, mapped files): an input of its declared type is read straight from them.
     pub fn run_views(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<HostTensor>> {
+        let (order, converted) = self.prepare_run(inputs)?;
+        self.executable.run(&in_order(inputs, &order, &converted))
+    }
+
+    /// [`CompiledGraph::run_typed`] that shows `visit` the outputs in the program's own
+    /// memory (on the CPU) instead of returning copies: for a caller that keeps them in
+    /// buffers of its own, run after run (an LLM's logits).
+    pub fn run_typed_with(
+        &mut self,
+        inputs: &[(&str, &HostTensor)],
+        visit: &mut dyn FnMut(&[TensorRef<'_>]),
+    ) -> Result<()> {
+        let inputs: Vec<(&str, TensorRef)> = inputs.iter().map(|(n, t)| (*n, t.view())).collect();
+        let (order, converted) = self.prepare_run(&inputs)?;
+        self.executable.run_with(&in_order(&inputs, &order, &converted), visit)
+    }
+
+    /// Checks that every param has a value; returns, for each declared input, the
+    /// position of the caller's entry for it and, where its type differs, its value
+    /// converted.
+    fn prepare_run(&self, inputs: &[(&str, TensorRef<'_>)]) -> Result<(Vec<usize>, Vec<Option<HostTensor>>)> {
         let order = self.match_inputs(inputs.iter().map(|(n, _)| *n))?;
-        let converted: Vec<Option<HostTensor>> = order
+        let converted = order
             .iter()
             .enumerate()
             .map(|(slot, &k)| coerce("input", &self.inputs[slot], inputs[k].1))
             .collect::<Result<_>>()?;
-        let views: Vec<TensorRef> =
-            order.iter().zip(&converted).map(|(&k, c)| c.as_ref().map_or(inputs[k].1, HostTensor::view)).collect();
-        self.execute(&views)
+        self.check_params()?;
+        Ok((order, converted))
     }
 
-    /// Runs the executable once every param has a value.
-    fn execute(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
-        if let Some(unset) = self.param_set.iter().position(|s| !s) {
-            let p = &self.params[unset];
-            return Err(Error::input(format!(
-                "param '{}' ({}) was never set: call set_param before run",
-                p.name,
-                p.ty()
-            )));
+    fn check_params(&self) -> Result<()> {
+        match self.param_set.iter().position(|s| !s) {
+            Some(unset) => {
+                let p = &self.params[unset];
+                Err(Error::input(format!("param '{}' ({}) was never set: call set_param before run", p.name, p.ty())))
+            }
+            None => Ok(()),
         }
-        self.executable.run(inputs)
     }
 
     fn param_slot(&self, name: &str) -> Result<usize> {
@@ -235,6 +253,15 @@ impl CompiledGraph {
         }
         Ok(order)
     }
+}
+
+/// The inputs `prepare_run` ordered and converted, as the executable takes them.
+fn in_order<'a>(
+    inputs: &[(&str, TensorRef<'a>)],
+    order: &[usize],
+    converted: &'a [Option<HostTensor>],
+) -> Vec<TensorRef<'a>> {
+    order.iter().zip(converted).map(|(&k, c)| c.as_ref().map_or(inputs[k].1, HostTensor::view)).collect()
 }
 
 fn list(b: &[Boundary]) -> String {

@@ -342,6 +342,7 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
     let mut free: Vec<usize> = (0..llama.slots()).rev().collect();
     let mut running: Vec<Running> = Vec::new();
     let mut open = true;
+    let mut logits = Vec::new();
     while open || !running.is_empty() {
         // Admit queued requests into free slots; wait for one only when idle.
         while open && !free.is_empty() {
@@ -398,8 +399,8 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
         rows.sort_unstable_by_key(|(_, row)| row.slot);
         if !rows.is_empty() {
             let batch: Vec<BatchRow> = rows.iter().map(|&(_, row)| row).collect();
-            match llama.decode_batch(&batch) {
-                Ok(logits) => {
+            match llama.decode_batch_into(&batch, &mut logits) {
+                Ok(()) => {
                     let vocab = logits.len() / rows.len();
                     for (k, &(i, _)) in rows.iter().enumerate() {
                         let r = &mut running[i];

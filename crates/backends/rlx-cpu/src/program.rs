@@ -349,6 +349,24 @@ impl CpuProgram {
 
     /// Runs with one tensor per input, in [`CpuProgram::inputs`] order, each of its declared type.
     pub fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
+        let mut outputs = Ok(Vec::new());
+        self.run_with(inputs, &mut |views| {
+            outputs = views
+                .iter()
+                .map(|v| {
+                    read_host(v.bytes(), Class::for_storage(v.dtype(), v.dtype().size_bytes())?, v.dtype(), v.dims())
+                })
+                .collect()
+        })?;
+        outputs
+    }
+
+    /// [`CpuProgram::run`] that shows `visit` the outputs where they are (the arena, a
+    /// param's buffer) instead of copying each into a new tensor: a caller that keeps
+    /// what it needs in its own buffer saves a copy and the page faults of a fresh
+    /// allocation per run (an 8-row SmolLM2 step's 1.5 MiB of logits: 0.6 ms of 8.1).
+    /// An output stored wider than its type (f16 in f32) is shown converted.
+    pub fn run_with(&mut self, inputs: &[TensorRef<'_>], visit: &mut dyn FnMut(&[TensorRef<'_>])) -> Result<()> {
         let started = crate::profile::enabled().then(Instant::now);
         if inputs.len() != self.inputs.len() {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
@@ -398,24 +416,33 @@ impl CpuProgram {
         }
         ran?;
         let left = started.map(|_| Instant::now());
-        let outputs = self
+        // Each output's bytes, and a converted copy where its storage is wider.
+        let mut sources = Vec::with_capacity(self.outputs.len());
+        for (slot, dtype, dims) in &self.outputs {
+            let src = if slot.base == 0 {
+                self.arena.slot_bytes(*slot)?
+            } else {
+                // SAFETY: a param buffer of at least the slot's bytes (the plan checked
+                // it), locked above if shared.
+                unsafe { std::slice::from_raw_parts(self.bases[slot.base].0.add(slot.offset), slot.bytes()) }
+            };
+            let stored_as_is = slot.class == Class::for_storage(*dtype, dtype.size_bytes())?;
+            sources.push((src, if stored_as_is { None } else { Some(read_host(src, slot.class, *dtype, dims)?) }));
+        }
+        let views = self
             .outputs
             .iter()
-            .map(|(slot, dtype, dims)| {
-                let src = if slot.base == 0 {
-                    self.arena.slot_bytes(*slot)?
-                } else {
-                    // SAFETY: a param buffer of at least the slot's bytes (the plan checked
-                    // it), locked above if shared.
-                    unsafe { std::slice::from_raw_parts(self.bases[slot.base].0.add(slot.offset), slot.bytes()) }
-                };
-                read_host(src, slot.class, *dtype, dims)
+            .zip(&sources)
+            .map(|((_, dtype, dims), (src, converted))| match converted {
+                Some(t) => Ok(t.view()),
+                None => TensorRef::new(*dtype, dims, src),
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
+        visit(&views);
         if let (Some(started), Some(entered), Some(left), Some(timeline)) = (started, entered, left, timeline) {
             self.record_profile(started, entered, left, packing, timeline);
         }
-        outputs
+        Ok(())
     }
 
     /// Adds a profiled run to [`crate::profile`]'s table.

@@ -41,6 +41,10 @@ impl Executable for CpuProgram {
         CpuProgram::run(self, inputs)
     }
 
+    fn run_with(&mut self, inputs: &[TensorRef<'_>], visit: &mut dyn FnMut(&[TensorRef<'_>])) -> Result<()> {
+        CpuProgram::run_with(self, inputs, visit)
+    }
+
     fn arena_bytes(&self) -> usize {
         CpuProgram::arena_bytes(self)
     }

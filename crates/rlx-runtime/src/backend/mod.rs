@@ -30,6 +30,13 @@ pub trait Executable: Send {
     fn updates_in_place(&self, index: usize) -> bool;
     /// Called only once every param was set or bound (the runtime checks).
     fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>>;
+    /// [`Executable::run`] that shows `visit` the outputs instead of returning them (a
+    /// backend whose outputs live in host memory shows them in place, with no copy).
+    fn run_with(&mut self, inputs: &[TensorRef<'_>], visit: &mut dyn FnMut(&[TensorRef<'_>])) -> Result<()> {
+        let outputs = self.run(inputs)?;
+        visit(&outputs.iter().map(HostTensor::view).collect::<Vec<_>>());
+        Ok(())
+    }
     /// Bytes of device memory the compiled graph holds for its tensors.
     fn arena_bytes(&self) -> usize;
     /// Bytes the params occupy as the width policy stores them.

@@ -185,3 +185,28 @@ fn half_graphs_compute_through_run_and_run_typed() {
         assert_eq!(typed[0].to_f32_vec(), out[0]);
     }
 }
+
+/// `run_typed_with` shows the outputs where the program keeps them: the same dtypes,
+/// dims and bytes as `run_typed` returns, for f32, half (stored widened or not) and
+/// integer outputs, run after run.
+#[test]
+fn run_typed_with_shows_what_run_typed_returns() {
+    for dtype in [DType::F16, DType::BF16] {
+        let mut g = Graph::new("outputs");
+        let x = g.input("x", DType::F32, &[3, 5]).unwrap();
+        let h = g.cast(x, dtype).unwrap();
+        let h = g.unary(Unary::Tanh, h).unwrap();
+        let s = g.softmax(x, 1).unwrap();
+        let i = g.cast(x, DType::I32).unwrap();
+        g.set_outputs(&[s, h, i]).unwrap();
+        let mut c = compile(&g);
+        for run in 0..3 {
+            let xs: Vec<f32> = (0..15).map(|k| ((k + 7 * run) as f32 * 0.731).sin() * 3.7).collect();
+            let x = HostTensor::from_f32(&[3, 5], &xs).unwrap();
+            let want = c.run_typed(&[("x", &x)]).unwrap();
+            let mut seen = Vec::new();
+            c.run_typed_with(&[("x", &x)], &mut |outs| seen = outs.iter().map(|o| o.to_host()).collect()).unwrap();
+            assert_eq!(seen, want, "{dtype} run {run}");
+        }
+    }
+}
