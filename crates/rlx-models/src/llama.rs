@@ -745,6 +745,19 @@ impl Llama {
         self.run_sequence(slot, pos, tokens, StepKind::Sequence { first, hidden: false })
     }
 
+    /// Of `common` leading tokens a new prompt shares with the prompt whose prefill wrote a
+    /// slot's cache rows, how many rows it can keep and still get, bit for bit, what its
+    /// prefill from the start gives: on the CPU with quantized prompt activations, `common`
+    /// rounded down to a multiple of the attention's row block, so that the rest's row
+    /// blocks line up with those of the whole prompt (`ATTENTION_ROW_BLOCK`; the products
+    /// quantize and sum each row on its own); none elsewhere (f32 activations and the GPU
+    /// choose kernels, and orders of sums, by the number of rows). Rows decode steps
+    /// wrote are not a prefill's (8-bit activations) and are never reused.
+    pub fn reusable_prompt_rows(&self, common: usize) -> usize {
+        let block = rlx_runtime::cpu::ATTENTION_ROW_BLOCK;
+        if self.q8_decode && self.session.device() == Device::Cpu { common / block * block } else { 0 }
+    }
+
     /// Runs `tokens` of the sequence in `slot` after the first `pos` rows of its cache,
     /// as [`Llama::prefill_slot`] does, and returns the last hidden state of every token
     /// after the final norm (`tokens.len() * d_model` values, token after token): the

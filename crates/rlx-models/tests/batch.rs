@@ -108,6 +108,52 @@ fn batched_f32_decoding_equals_solo() {
     check(&path, LlamaOptions { context: 128, q8_decode: false, ..LlamaOptions::default() });
 }
 
+/// A prompt prefilled in two pieces split at a multiple of the attention's row block
+/// (what `rlx serve` does past 256 tokens, and when it reuses the rows a slot's earlier
+/// prompt left: prompt caching) gives the bits of the prompt prefilled whole: the logits
+/// after it and of two greedy decode steps after that (what it left in the cache).
+/// Splits after 64 and 128 of ~170 tokens, and after all but the last token rounded down
+/// to 64 (a whole cached prompt: its last token is run again for its logits).
+fn check_prompt_in_pieces(model: &std::path::Path, options: LlamaOptions) {
+    let mut llama = Llama::load(model, &options).unwrap();
+    let text = "Once upon a time, in a small village by the sea, there lived an old fisherman who \
+                told stories to the children every evening about dragons, storms and lost ships. ";
+    let prompt = llama.tokenizer.encode_prompt(&text.repeat(5), false).unwrap();
+    let block = rlx_runtime::cpu::ATTENTION_ROW_BLOCK;
+    let run = |llama: &mut Llama, split: usize| {
+        let mut logits = llama.prefill_slot(0, 0, &prompt[..split]).unwrap();
+        if split < prompt.len() {
+            logits = llama.prefill_slot(0, split, &prompt[split..]).unwrap();
+        }
+        let mut out = vec![logits];
+        for step in 0..2 {
+            let token = argmax(out.last().unwrap());
+            let pos = prompt.len() + step;
+            out.push(llama.decode_batch(&[BatchRow { slot: 0, pos, token }]).unwrap());
+        }
+        out.iter().map(|l| l.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()).collect::<Vec<_>>()
+    };
+    let whole = run(&mut llama, prompt.len());
+    assert!(prompt.len() > 2 * block + 1, "{} tokens", prompt.len());
+    for split in [block, 2 * block, (prompt.len() - 1) / block * block] {
+        // Another prompt first, so that the rows past the split hold something else.
+        llama.prefill_slot(0, 0, &prompt[3..]).unwrap();
+        assert!(run(&mut llama, split) == whole, "split after {split} of {} tokens", prompt.len());
+    }
+}
+
+#[test]
+fn a_prompt_in_aligned_pieces_equals_it_whole_smollm2() {
+    let Some(path) = common::cached(DEFAULT_MODEL, "tools/fetch_model.sh") else { return };
+    check_prompt_in_pieces(&path, LlamaOptions { context: 256, threads: Some(2), ..LlamaOptions::default() });
+}
+
+#[test]
+fn a_prompt_in_aligned_pieces_equals_it_whole_gemma3() {
+    let Some(path) = common::cached(GEMMA3_MODEL, "tools/fetch_model.sh gemma3") else { return };
+    check_prompt_in_pieces(&path, LlamaOptions { context: 256, ..LlamaOptions::default() });
+}
+
 #[test]
 fn bad_batches_are_errors() {
     let Some(path) = common::cached(DEFAULT_MODEL, "tools/fetch_model.sh") else { return };

@@ -9,6 +9,7 @@ pub mod backend;
 /// The CPU backend's host report (features, kernel arms), for `rlx info` and benches.
 pub mod cpu {
     pub use rlx_cpu::features::{Arm, Features, features};
+    pub use rlx_cpu::kernels::attention::ROW_BLOCK as ATTENTION_ROW_BLOCK;
     pub use rlx_cpu::threads::default_threads;
     pub use rlx_cpu::{bench, kernel_arms, profile};
 }

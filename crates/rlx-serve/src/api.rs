@@ -45,6 +45,9 @@ pub struct Params {
     /// `ignore_eos` (llama-server's extension): end-of-generation tokens are never
     /// sampled, so the text runs to `max_tokens` or a stop string.
     pub ignore_eos: bool,
+    /// `cache_prompt` (llama-server's extension, default true): the prompt may start from
+    /// the rows an earlier prompt with the same beginning left in a free slot.
+    pub cache_prompt: bool,
 }
 
 /// The JSON object of a request body.
@@ -98,8 +101,12 @@ fn integer(o: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> 
 }
 
 fn boolean(o: &Map<String, Value>, name: &str) -> Result<bool, ApiError> {
+    boolean_or(o, name, false)
+}
+
+fn boolean_or(o: &Map<String, Value>, name: &str, default: bool) -> Result<bool, ApiError> {
     match field(o, name) {
-        None => Ok(false),
+        None => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
         Some(v) => Err(ApiError::invalid(name, format!("'{name}' must be a boolean, got {}", kind(v)))),
     }
@@ -208,8 +215,9 @@ pub fn params(o: &Map<String, Value>, context: usize, chat: bool) -> Result<Para
         }
     };
     let ignore_eos = boolean(o, "ignore_eos")?;
+    let cache_prompt = boolean_or(o, "cache_prompt", true)?;
     let sampler = SamplerConfig { temperature, top_k, top_p, repetition_penalty, seed, ..SamplerConfig::default() };
-    Ok(Params { max_tokens, sampler, stops, stream, include_usage, ignore_eos })
+    Ok(Params { max_tokens, sampler, stops, stream, include_usage, ignore_eos, cache_prompt })
 }
 
 /// The `prompt` of a completion request: a string, or an array of one string.
@@ -397,10 +405,12 @@ pub fn embeddings(model: &str, vectors: &[Vec<f32>], base64: bool, prompt_tokens
            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})
 }
 
-/// `usage` of a response.
-pub fn usage(prompt_tokens: usize, completion_tokens: usize) -> Value {
+/// `usage` of a response; `cached_tokens`: the prompt's tokens whose rows came from the
+/// prompt cache (OpenAI's `prompt_tokens_details.cached_tokens`).
+pub fn usage(prompt_tokens: usize, completion_tokens: usize, cached_tokens: usize) -> Value {
     json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-           "total_tokens": prompt_tokens + completion_tokens})
+           "total_tokens": prompt_tokens + completion_tokens,
+           "prompt_tokens_details": {"cached_tokens": cached_tokens}})
 }
 
 /// Which endpoint a response belongs to.

@@ -6,7 +6,9 @@
 //!
 //! Each client sends non-streaming `/v1/completions` requests one after another (greedy,
 //! `max_tokens` each, `ignore_eos` so that each runs to `max_tokens` on both servers: without
-//! it 3 of SmolLM2's 8 answers ended after one token, and "8 clients" decoded ~5 streams)
+//! it 3 of SmolLM2's 8 answers ended after one token, and "8 clients" decoded ~5 streams;
+//! `cache_prompt: false`, so that neither server starts a prompt from rows a request
+//! before it left: the 8 prompts come round again in the next round)
 //! over plain HTTP/1.1; the rate is the completion tokens the servers report in `usage`,
 //! summed, over the wall time of the whole load.
 
@@ -194,7 +196,8 @@ fn load(port: u16, clients: usize, rounds: usize, max_tokens: usize) -> Result<f
                     for r in 0..rounds {
                         let prompt = PROMPTS[(c + r * clients) % PROMPTS.len()];
                         let body =
-                            json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true});
+                            json!({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true,
+                                   "cache_prompt": false});
                         let (status, text) = http(port, "POST", "/v1/completions", Some(&body))?;
                         let answer: Value = serde_json::from_str(&text)
                             .map_err(|e| Error::runtime(format!("answer {status} is not JSON ({e}): {text}")))?;

@@ -19,8 +19,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// Prompt tokens prefilled per pass, and in all between two decode steps: a longer
 /// prompt goes in pieces of this size, so running streams pause for one piece at a time
-/// (~0.5 s on SmolLM2 135M, 2 cores), not for the whole prompt. A prompt up to this long
-/// is one pass, exactly as `rlx generate` prefills it. Several requests' pieces run
+/// (~0.5 s on SmolLM2 135M, 2 cores), not for the whole prompt. A multiple of the CPU
+/// attention's row block (64): the pieces give the bits `rlx generate`'s one pass gives
+/// (ARCHITECTURE.md, rlx-models' invariants). Several requests' pieces run
 /// between two steps while they fit in this many tokens together: requests that arrive
 /// together start decoding together, instead of joining a growing batch one step at a
 /// time (8 clients, two 64-token answers each to ~11-token prompts: 134 -> 128 steps).
@@ -39,7 +40,15 @@ pub struct Job {
 pub enum Task {
     /// Up to `max_tokens` tokens after `prompt`; `stream`: text events as tokens come,
     /// else one with the whole text at the end.
-    Generate { prompt: Vec<TokenId>, max_tokens: usize, sampler: SamplerConfig, stops: Vec<String>, stream: bool },
+    /// `cache_prompt`: the prompt may start from rows an earlier prompt left in a slot.
+    Generate {
+        prompt: Vec<TokenId>,
+        max_tokens: usize,
+        sampler: SamplerConfig,
+        stops: Vec<String>,
+        stream: bool,
+        cache_prompt: bool,
+    },
     /// One embedding per input: the mean over its tokens of the last hidden state (after
     /// the final norm, what the output head reads), scaled to unit length, as
     /// llama-server's mean pooling with its default L2 normalization gives.
@@ -55,12 +64,11 @@ pub enum Event {
         finish: FinishReason,
         prompt_tokens: usize,
         completion_tokens: usize,
+        /// Prompt tokens whose cache rows an earlier prompt left (not run again).
+        cached_tokens: usize,
     },
     /// An embeddings request's vectors, one per input in order.
-    Embeddings {
-        vectors: Vec<Vec<f32>>,
-        prompt_tokens: usize,
-    },
+    Embeddings { vectors: Vec<Vec<f32>>, prompt_tokens: usize },
     /// The model failed (an internal error: the request ends with a 500).
     Failed(String),
 }
@@ -94,6 +102,8 @@ struct Running {
 enum Work {
     Generate {
         prompt_tokens: usize,
+        /// Leading prompt tokens whose cache rows were reused (see `run`).
+        cached: usize,
         max_tokens: usize,
         /// The last token sampled, not yet in the cache.
         pending: Option<TokenId>,
@@ -121,10 +131,12 @@ enum Work {
 }
 
 impl Running {
-    fn new(job: Job, slot: usize) -> Result<Running, String> {
+    /// The request `job` in `slot`, whose first `reused` prompt tokens' rows are there.
+    fn new(job: Job, slot: usize, reused: usize) -> Result<Running, String> {
         let work = match job.task {
-            Task::Generate { prompt, max_tokens, sampler, stops, stream } => Work::Generate {
+            Task::Generate { prompt, max_tokens, sampler, stops, stream, .. } => Work::Generate {
                 prompt_tokens: prompt.len(),
+                cached: reused,
                 max_tokens,
                 pending: None,
                 history: prompt,
@@ -143,11 +155,21 @@ impl Running {
             events: job.events,
             received: job.received,
             slot,
-            prefilled: 0,
-            pos: 0,
+            prefilled: reused,
+            pos: reused,
             work,
             ended: false,
         })
+    }
+
+    /// The prompt tokens whose rows this request's prefill wrote (or reused) in its slot:
+    /// what a later prompt may reuse. Rows decode steps wrote are not a prefill's.
+    fn prompt_rows(&self) -> &[TokenId] {
+        match &self.work {
+            Work::Generate { history, prompt_tokens, .. } => &history[..self.prefilled.min(*prompt_tokens)],
+            // An embeddings request's inputs each start again from row 0.
+            Work::Embed { .. } => &[],
+        }
     }
 
     /// The prompt whose prefill has not ended, if any.
@@ -230,6 +252,7 @@ impl Running {
         let pos = self.pos;
         let Work::Generate {
             prompt_tokens,
+            cached,
             max_tokens,
             pending,
             history,
@@ -264,7 +287,7 @@ impl Running {
         } else {
             None
         };
-        let (prompt_tokens, completion_tokens) = (*prompt_tokens, *generated);
+        let (prompt_tokens, completion_tokens, cached_tokens) = (*prompt_tokens, *generated, *cached);
         let mut texts = vec![text];
         let finish = finish.map(|reason| {
             texts.push(out.end(reason));
@@ -281,7 +304,7 @@ impl Running {
             self.send(Event::Text(text));
         }
         if let Some(finish) = finish {
-            self.send(Event::Done { finish, prompt_tokens, completion_tokens });
+            self.send(Event::Done { finish, prompt_tokens, completion_tokens, cached_tokens });
             if !self.ended {
                 self.log(finish.name());
                 self.ended = true;
@@ -300,7 +323,7 @@ impl Running {
     /// The request's log line.
     fn log(&self, end: &str) {
         let what = match &self.work {
-            Work::Generate { prompt_tokens, generated, first_token, decode_start, .. } => {
+            Work::Generate { prompt_tokens, cached, generated, first_token, decode_start, .. } => {
                 let ttft = first_token.map_or("-".into(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3));
                 let rate = match decode_start {
                     Some(t) if *generated > 1 => {
@@ -308,7 +331,9 @@ impl Running {
                     }
                     _ => "-".into(),
                 };
-                format!("prompt {prompt_tokens} tokens, generated {generated}, first token {ttft}, {rate}")
+                format!(
+                    "prompt {prompt_tokens} tokens ({cached} cached), generated {generated}, first token {ttft}, {rate}"
+                )
             }
             Work::Embed { inputs, done, .. } => format!(
                 "{done} of {} inputs embedded, {} tokens, {:.1} ms",
@@ -337,9 +362,30 @@ fn pooled(sum: &[f64]) -> Vec<f32> {
     sum.iter().map(|&s| (s * scale) as f32).collect()
 }
 
+/// The free slot (an index into `free`) to run `task` in, and how many of its prompt's
+/// rows that slot's cache holds already: where a slot keeps the prompt rows of its last
+/// request (`kept`), a new prompt with the same beginning reuses as many of them as
+/// [`Llama::reusable_prompt_rows`] allows (prompt caching: a conversation's next turn
+/// runs only what it adds, give or take a row block). The slot that reuses most, else
+/// the lowest: few distinct slots stay in use, and their cache rows warm.
+fn pick_slot(free: &[usize], kept: &[Vec<TokenId>], task: &Task, llama: &Llama) -> (usize, usize) {
+    let reuse = |slot: usize| match task {
+        Task::Generate { prompt, cache_prompt: true, .. } => {
+            let common = kept[slot].iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            // The prompt's last token runs in any case: its logits start the generation.
+            llama.reusable_prompt_rows(common.min(prompt.len().saturating_sub(1)))
+        }
+        _ => 0,
+    };
+    let best = (0..free.len()).max_by_key(|&i| (reuse(free[i]), std::cmp::Reverse(free[i]))).expect("a free slot");
+    (best, reuse(free[best]))
+}
+
 /// Runs until `jobs` is closed and every admitted request has ended.
 pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
     let mut free: Vec<usize> = (0..llama.slots()).rev().collect();
+    // Per slot, the prompt tokens whose rows its cache holds from its last request.
+    let mut kept: Vec<Vec<TokenId>> = vec![Vec::new(); llama.slots()];
     let mut running: Vec<Running> = Vec::new();
     let mut open = true;
     let mut logits = Vec::new();
@@ -368,8 +414,10 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
             if job.events.is_closed() {
                 continue; // its client left while it waited
             }
-            let slot = free.pop().expect("a free slot");
-            match Running::new(job, slot) {
+            let (at, reused) = pick_slot(&free, &kept, &job.task, &llama);
+            let slot = free.swap_remove(at);
+            kept[slot].clear();
+            match Running::new(job, slot, reused) {
                 Ok(r) => running.push(r),
                 Err(e) => {
                     free.push(slot);
@@ -416,6 +464,7 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
         }
         running.retain(|r| {
             if r.ended {
+                kept[r.slot] = r.prompt_rows().to_vec();
                 free.push(r.slot);
             }
             !r.ended

@@ -270,6 +270,7 @@ async fn request(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> std::result:
         sampler: params.sampler,
         stops: params.stops,
         stream: params.stream,
+        cache_prompt: params.cache_prompt,
     };
     let (id, mut answers) = submit(&app, route, task, received)?;
     let envelope = Envelope {
@@ -285,8 +286,8 @@ async fn request(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> std::result:
     while let Some(event) = answers.recv().await {
         match event {
             Event::Text(t) => text.push_str(&t),
-            Event::Done { finish, prompt_tokens, completion_tokens } => {
-                let usage = api::usage(prompt_tokens, completion_tokens);
+            Event::Done { finish, prompt_tokens, completion_tokens, cached_tokens } => {
+                let usage = api::usage(prompt_tokens, completion_tokens, cached_tokens);
                 return Ok(Json(envelope.response(&text, finish, usage)).into_response());
             }
             Event::Failed(message) => return Err(internal(message)),
@@ -384,10 +385,10 @@ fn stream(envelope: Envelope, mut answers: UnboundedReceiver<Event>, include_usa
         while let Some(event) = answers.recv().await {
             let sent = match event {
                 Event::Text(t) => out.send(data(envelope.chunk(false, Some(&t), None))).await,
-                Event::Done { finish, prompt_tokens, completion_tokens } => {
+                Event::Done { finish, prompt_tokens, completion_tokens, cached_tokens } => {
                     let _ = out.send(data(envelope.chunk(false, None, Some(finish)))).await;
                     if include_usage {
-                        let usage = api::usage(prompt_tokens, completion_tokens);
+                        let usage = api::usage(prompt_tokens, completion_tokens, cached_tokens);
                         let _ = out.send(data(envelope.usage_chunk(usage))).await;
                     }
                     let _ = out.send(Ok(SseEvent::default().data("[DONE]"))).await;

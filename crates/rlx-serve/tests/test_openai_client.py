@@ -210,6 +210,43 @@ def test_eight_concurrent_streams_each_equal_their_solo_answer(server):
     assert peak[0] > 1, "the requests never ran together"
 
 
+STORY = (
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who told stories "
+    "to the children every evening about dragons, storms and lost ships. "
+) * 3
+
+
+def test_prompt_cache_reuses_rows_and_keeps_the_answers(server):
+    """A prompt that begins as an earlier one did reuses the rows that prompt's prefill left
+    in its slot, in whole row blocks of 64 tokens (splits there keep every bit:
+    tests/batch.rs in rlx-models), and says how many in usage.prompt_tokens_details;
+    its answer is the one without them (`cache_prompt: false`) and `rlx generate`'s. A
+    conversation's next turn reuses the rows of the turn before's prompt."""
+    question = STORY + "Summarize this story in one sentence."
+    first = chat(server, question, 32)
+    again = chat(server, question, 32)
+    fresh = chat(server, question, 32, extra_body={"cache_prompt": False})
+    n = first.usage.prompt_tokens
+    assert again.usage.prompt_tokens_details.cached_tokens == (n - 1) // 64 * 64 > 0, again.usage
+    assert fresh.usage.prompt_tokens_details.cached_tokens == 0, fresh.usage
+    text = first.choices[0].message.content
+    assert again.choices[0].message.content == text and fresh.choices[0].message.content == text
+    assert text == generate(question, 32, chat=True)
+    turn = [
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": "Give the story a title."},
+    ]
+
+    def ask(**kw):
+        return server.client.chat.completions.create(model=MODEL_ID, messages=turn, temperature=0, max_tokens=24, **kw)
+
+    cached, uncached = ask(), ask(extra_body={"cache_prompt": False})
+    assert cached.usage.prompt_tokens_details.cached_tokens >= 64, cached.usage
+    assert uncached.usage.prompt_tokens_details.cached_tokens == 0, uncached.usage
+    assert cached.choices[0].message.content == uncached.choices[0].message.content
+
+
 def test_bad_requests_are_4xx_naming_the_field(server):
     cases = [
         ("/v1/completions", b"{bad json", 400, "body", "not valid JSON"),
@@ -226,6 +263,7 @@ def test_bad_requests_are_4xx_naming_the_field(server):
         ("/v1/completions", {"prompt": "hi", "n": 2}, 400, "n", "must be 1"),
         ("/v1/completions", {"prompt": "hi", "stream": "yes"}, 400, "stream", "boolean"),
         ("/v1/completions", {"prompt": "hi", "ignore_eos": 1}, 400, "ignore_eos", "boolean"),
+        ("/v1/completions", {"prompt": "hi", "cache_prompt": "no"}, 400, "cache_prompt", "boolean"),
         ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, 404, "model", "gpt-4"),
         ("/v1/chat/completions", {"messages": "hi"}, 400, "messages", "array"),
         ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0].role", "robot"),

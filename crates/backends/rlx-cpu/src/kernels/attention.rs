@@ -40,7 +40,13 @@ pub struct AttentionPlan {
 }
 
 /// Query rows per task: S for 64 rows of a 2048-key cache is 512 KiB, inside L2.
-const ROW_BLOCK: usize = 64;
+///
+/// A prompt's row `i` is computed in the block of rows `64 * (i / 64)..`: the `gemm`
+/// crate's products (Q Kᵀ, P V) sum in orders that depend on their shapes, so a prompt
+/// prefilled in pieces that start at multiples of this (`rlx serve`'s 256-token chunks,
+/// its reuse of cached prompt rows) gets the bits of the prompt prefilled whole, and
+/// one split elsewhere may not.
+pub const ROW_BLOCK: usize = 64;
 
 /// Multiply-adds below which a prompt's attention stays on one thread. A SmolLM2 decode
 /// step (9 heads x ~100 keys x 128 = 115K) cost 35 us split across 2 threads and 25 us on
