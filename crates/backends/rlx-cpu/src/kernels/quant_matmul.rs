@@ -959,52 +959,181 @@ mod x86 {
     /// Q4_K rows, whose quants are unsigned under the sub-block mins: 32 weights a
     /// `vpdpbusd` against the activation block, the mins' terms through the blocks'
     /// activation sums (`Q8Row::s`). Gemma 3 270M decode, 1 thread (AMD EPYC): 40 tok/s
-    /// with the `vpmaddwd` path, 51 with this one. `A` activation rows at once: each
-    /// weight block is unpacked once for all of them, and each output is computed as
-    /// with one row (its own accumulator, the same operations in the same order), so a
-    /// batched decode row gets the bits it gets alone.
+    /// with the `vpmaddwd` path, 51 with this one. `A` activation rows at once, see
+    /// [`RowPairs`]: each output is computed as with one row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_rows_q4k_vnni_avx512<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
         let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
         let bb = QuantScheme::Q4K.block_bytes();
         let rb = w.len() / outs[0].len().max(1);
         let f16 = |b: &[u8], at: usize| super::f16_at(b, at);
-        // SAFETY (whole body): every load reads inside a block's bytes or an activation
-        // row (whole blocks), and the features are enabled on this function.
+        // SAFETY (whole body): every load reads inside a block's bytes, an activation row
+        // (whole blocks) or the pairs' scratch, and the features are enabled on this
+        // function.
         unsafe {
-            let mask = _mm256_set1_epi8(0x0F);
-            for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                let mut acc = [_mm256_setzero_ps(); A];
-                // The mins' terms, -dmin m s.
-                let mut offsets = [0f32; A];
-                for (c, wb) in row.chunks_exact(bb).enumerate() {
-                    prefetch_block(wb);
-                    let first = c * 8;
-                    let (d, dmin) = (f16(wb, 0), f16(wb, 2));
-                    let (sc, mn) = rlx_ir::quant::k_scale_min(&wb[4..16]);
-                    for pair in 0..4 {
-                        let qs = _mm256_loadu_si256(wb[16 + pair * 32..].as_ptr().cast());
-                        let low = _mm256_and_si256(qs, mask);
-                        let high = _mm256_and_si256(_mm256_srli_epi16::<4>(qs), mask);
-                        for (j, q) in [(2 * pair, low), (2 * pair + 1, high)] {
-                            let scale = d * sc[j] as f32;
-                            for (a, acc) in acts.iter().zip(&mut acc) {
-                                let x = _mm256_loadu_si256(a.q[(first + j) * 32..].as_ptr().cast());
-                                let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
-                                let scale = _mm256_set1_ps(scale * a.d[first + j]);
-                                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
+            RowPairs::<A>::with(acts, false, |pairs| {
+                let mask = _mm256_set1_epi8(0x0F);
+                for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
+                    let mut acc = pairs.zero();
+                    // The mins' terms, -dmin m s.
+                    let mut offsets = [0f32; A];
+                    for (c, wb) in row.chunks_exact(bb).enumerate() {
+                        prefetch_block(wb);
+                        let first = c * 8;
+                        let (d, dmin) = (f16(wb, 0), f16(wb, 2));
+                        let (sc, mn) = rlx_ir::quant::k_scale_min(&wb[4..16]);
+                        for pair in 0..4 {
+                            let qs = _mm256_loadu_si256(wb[16 + pair * 32..].as_ptr().cast());
+                            let low = _mm256_and_si256(qs, mask);
+                            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(qs), mask);
+                            for (j, q) in [(2 * pair, low), (2 * pair + 1, high)] {
+                                // Per row: fma(cvt(dot(q, x)), scale * d_x, acc).
+                                pairs.add(&mut acc, first + j, q, Scale::Scalar(d * sc[j] as f32));
+                            }
+                        }
+                        for (a, offset) in acts.iter().zip(&mut offsets) {
+                            for (m, s) in mn.iter().zip(&a.s[first..first + 8]) {
+                                *offset -= dmin * *m as f32 * s;
                             }
                         }
                     }
-                    for (a, offset) in acts.iter().zip(&mut offsets) {
-                        for (m, s) in mn.iter().zip(&a.s[first..first + 8]) {
-                            *offset -= dmin * *m as f32 * s;
-                        }
+                    for (i, offset) in offsets.iter().enumerate() {
+                        outs[i][col] = pairs.sum(&acc, i) + offset;
                     }
                 }
-                for ((out, acc), offset) in outs.iter_mut().zip(acc).zip(offsets) {
-                    out[col] = hsum8(acc) + offset;
+            })
+        }
+    }
+
+    /// A K-quant sub-block's scale: one value (Q4_K), or 8 lanes (Q6_K's two 16-value
+    /// sub-blocks, 4 lanes each).
+    #[derive(Clone, Copy)]
+    enum Scale {
+        Scalar(f32),
+        Lanes(__m256),
+    }
+
+    /// The activation side of the K-quant row kernels for `A` rows: rows `2p` and `2p + 1`
+    /// share 512-bit registers (one half each), so a 32-value block costs one `vpdpbusd`,
+    /// one conversion, one scale product and one FMA per two rows instead of per row;
+    /// each half computes exactly the 8 lanes one row's 256-bit code computes, in the same
+    /// order (the same bits). Per block and pair, the scratch holds the two rows' quants
+    /// (64 bytes), their `32 x` sums when `sums` (Q6_K's offset), and their scales (8
+    /// lanes each); an odd last row takes the 256-bit code.
+    struct RowPairs<'a, const A: usize> {
+        acts: &'a [Q8Row<'a>; A],
+        scratch: &'a [i32],
+        sums: bool,
+    }
+
+    /// Accumulators of [`RowPairs`]: up to 4 pairs and an odd row.
+    struct Acc {
+        pairs: [__m512; 4],
+        odd: __m256,
+    }
+
+    impl<'a, const A: usize> RowPairs<'a, A> {
+        const PAIRS: usize = A / 2;
+        /// i32 words of scratch per block and pair: quants, sums, scales.
+        const WORDS: usize = 48;
+
+        /// Runs `f` with the pairs' scratch filled from `acts` (none for one row without
+        /// sums: Q4_K's one-row kernel then runs as a plain loop, 56 -> 45 us for 640 x
+        /// 1024 on one thread).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+        #[inline]
+        unsafe fn with<R>(acts: &'a [Q8Row<'a>; A], sums: bool, f: impl FnOnce(&RowPairs<'_, A>) -> R) -> R {
+            if Self::PAIRS == 0 && !(sums && A % 2 == 1) {
+                return f(&RowPairs { acts, scratch: &[], sums });
+            }
+            let blocks = acts[0].q.len() / 32;
+            // SAFETY: the callers have AVX-512 F/BW/VL and VNNI; every store lands in the
+            // scratch of `blocks * (PAIRS * WORDS + 8)` words.
+            unsafe {
+                crate::threads::with_scratch::<i32, _>(blocks * (Self::PAIRS * Self::WORDS + 8), |scratch| {
+                    let thirty_two = _mm256_set1_epi8(32);
+                    let block_sum = |x: __m256i| _mm256_dpbusd_epi32(_mm256_setzero_si256(), thirty_two, x);
+                    for at in 0..blocks {
+                        let x = |i: usize| _mm256_loadu_si256(acts[i].q[at * 32..].as_ptr().cast());
+                        for p in 0..Self::PAIRS {
+                            let base = scratch[(at * Self::PAIRS + p) * Self::WORDS..].as_mut_ptr();
+                            let (x0, x1) = (x(2 * p), x(2 * p + 1));
+                            _mm256_storeu_si256(base.cast(), x0);
+                            _mm256_storeu_si256(base.add(8).cast(), x1);
+                            if sums {
+                                _mm256_storeu_si256(base.add(16).cast(), block_sum(x0));
+                                _mm256_storeu_si256(base.add(24).cast(), block_sum(x1));
+                            }
+                            _mm256_storeu_ps(base.add(32).cast(), _mm256_set1_ps(acts[2 * p].d[at]));
+                            _mm256_storeu_ps(base.add(40).cast(), _mm256_set1_ps(acts[2 * p + 1].d[at]));
+                        }
+                        if A % 2 == 1 && sums {
+                            let odd = scratch[blocks * Self::PAIRS * Self::WORDS + at * 8..].as_mut_ptr();
+                            _mm256_storeu_si256(odd.cast(), block_sum(x(A - 1)));
+                        }
+                    }
+                    f(&RowPairs { acts, scratch, sums })
+                })
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn zero(&self) -> Acc {
+            // SAFETY: the callers have AVX-512 F.
+            unsafe { Acc { pairs: [_mm512_setzero_ps(); 4], odd: _mm256_setzero_ps() } }
+        }
+
+        /// Adds block `at`'s products with the quants `u` (32 unsigned bytes), scaled by
+        /// `scale` times each row's block scale, to every row's accumulator.
+        #[inline(always)]
+        unsafe fn add(&self, acc: &mut Acc, at: usize, u: __m256i, scale: Scale) {
+            // SAFETY: the callers have AVX-512 F/BW/VL/DQ and VNNI; the loads read the
+            // scratch `with` filled and the rows' whole blocks.
+            unsafe {
+                let u2 = _mm512_broadcast_i64x4(u);
+                let scale2 = match scale {
+                    Scale::Scalar(s) => _mm512_set1_ps(s),
+                    Scale::Lanes(s) => _mm512_broadcast_f32x8(s),
+                };
+                for p in 0..Self::PAIRS {
+                    let base = self.scratch[(at * Self::PAIRS + p) * Self::WORDS..].as_ptr();
+                    let mut dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u2, _mm512_loadu_si512(base.cast()));
+                    if self.sums {
+                        dot = _mm512_sub_epi32(dot, _mm512_loadu_si512(base.add(16).cast()));
+                    }
+                    let d = _mm512_loadu_ps(base.add(32).cast());
+                    // Scalar: the products `scale * d` per row, as one row's code forms them.
+                    let scale = _mm512_mul_ps(scale2, d);
+                    acc.pairs[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc.pairs[p]);
                 }
+                if A % 2 == 1 {
+                    let a = &self.acts[A - 1];
+                    let x = _mm256_loadu_si256(a.q[at * 32..].as_ptr().cast());
+                    let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x);
+                    if self.sums {
+                        let blocks = a.q.len() / 32;
+                        let odd = self.scratch[blocks * Self::PAIRS * Self::WORDS + at * 8..].as_ptr();
+                        dot = _mm256_sub_epi32(dot, _mm256_loadu_si256(odd.cast()));
+                    }
+                    let scale = match scale {
+                        Scale::Scalar(s) => _mm256_set1_ps(s * a.d[at]),
+                        Scale::Lanes(s) => _mm256_mul_ps(s, _mm256_set1_ps(a.d[at])),
+                    };
+                    acc.odd = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc.odd);
+                }
+            }
+        }
+
+        /// Row `i`'s dot product: its 8 lanes summed.
+        #[inline(always)]
+        unsafe fn sum(&self, acc: &Acc, i: usize) -> f32 {
+            // SAFETY: the callers have AVX-512 F/DQ.
+            unsafe {
+                if i == A - 1 && A % 2 == 1 {
+                    return hsum8(acc.odd);
+                }
+                let pair = acc.pairs[i / 2];
+                hsum8(if i % 2 == 0 { _mm512_castps512_ps256(pair) } else { _mm512_extractf32x8_ps::<1>(pair) })
             }
         }
     }
@@ -1037,29 +1166,17 @@ mod x86 {
     /// pair of 16-value sub-blocks scaled by its own scale. Gemma 3 270M's ffn_down shape
     /// (640 x 2048), 1 thread (AMD EPYC): 100-137 -> 54 us a product hot, 104 -> 70 us
     /// cold, against the `vpmaddwd` path; in the model 0.20-0.25 -> 0.15 ms, and a decode
-    /// step 16.4-16.6 -> 15.6-16.2 ms. `A` activation rows at once, each output computed
-    /// as with one (see [`dot_rows_q4k_vnni_avx512`]).
+    /// step 16.4-16.6 -> 15.6-16.2 ms. `A` activation rows at once, see [`RowPairs`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_rows_q6k_vnni_avx512<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
         let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
         let bb = QuantScheme::Q6K.block_bytes();
         let rb = w.len() / outs[0].len().max(1);
-        let blocks = acts[0].q.len() / 32;
         // SAFETY (whole body): every load reads inside a block's bytes (ql at 0, qh at 128,
-        // the scales at 192, d at 208 of 210), an activation row (whole blocks) or the
-        // scratch of `A * blocks` vectors; the features are enabled on this function.
+        // the scales at 192, d at 208 of 210) or what `RowPairs` reads; the features are
+        // enabled on this function.
         unsafe {
-            crate::threads::with_scratch::<i32, _>(8 * blocks * A, |sums| {
-                // Per activation row and block, 32 x its values' sums in 8 lanes of 4.
-                let thirty_two = _mm256_set1_epi8(32);
-                for (a, sums) in acts.iter().zip(sums.chunks_exact_mut(8 * blocks)) {
-                    for (j, s) in sums.chunks_exact_mut(8).enumerate() {
-                        let x = _mm256_loadu_si256(a.q[j * 32..].as_ptr().cast());
-                        let sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), thirty_two, x);
-                        _mm256_storeu_si256(s.as_mut_ptr().cast(), sum);
-                    }
-                }
-                let sums = &*sums;
+            RowPairs::<A>::with(acts, true, |pairs| {
                 let (low, high) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
                 // Lanes 0-3 take sub-block scale 2j, lanes 4-7 scale 2j + 1.
                 let pick: [__m512i; 8] = std::array::from_fn(|j| {
@@ -1067,7 +1184,7 @@ mod x86 {
                     _mm512_setr_epi32(e, e, e, e, o, o, o, o, 0, 0, 0, 0, 0, 0, 0, 0)
                 });
                 for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                    let mut acc = [_mm256_setzero_ps(); A];
+                    let mut acc = pairs.zero();
                     for (c, wb) in row.chunks_exact(bb).enumerate() {
                         prefetch_block(wb);
                         let first = c * 8;
@@ -1090,22 +1207,14 @@ mod x86 {
                             ];
                             for (k, &u) in quants.iter().enumerate() {
                                 let j = 4 * h + k;
-                                let at = first + j;
                                 let scale = _mm512_castps512_ps256(_mm512_permutexvar_ps(pick[j], scales));
-                                for (i, (a, acc)) in acts.iter().zip(&mut acc).enumerate() {
-                                    let x = _mm256_loadu_si256(a.q[at * 32..].as_ptr().cast());
-                                    let dot = _mm256_sub_epi32(
-                                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x),
-                                        _mm256_loadu_si256(sums[(i * blocks + at) * 8..].as_ptr().cast()),
-                                    );
-                                    let scale = _mm256_mul_ps(scale, _mm256_set1_ps(a.d[at]));
-                                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
-                                }
+                                // Per row: fma(cvt(dot(u, x) - 32 sum(x)), scale * d_x, acc).
+                                pairs.add(&mut acc, first + j, u, Scale::Lanes(scale));
                             }
                         }
                     }
-                    for (out, acc) in outs.iter_mut().zip(acc) {
-                        out[col] = hsum8(acc);
+                    for (i, out) in outs.iter_mut().enumerate() {
+                        out[col] = pairs.sum(&acc, i);
                     }
                 }
             })
