@@ -1133,7 +1133,11 @@ mod x86 {
                     return hsum8(acc.odd);
                 }
                 let pair = acc.pairs[i / 2];
-                hsum8(if i % 2 == 0 { _mm512_castps512_ps256(pair) } else { _mm512_extractf32x8_ps::<1>(pair) })
+                hsum8(if i.is_multiple_of(2) {
+                    _mm512_castps512_ps256(pair)
+                } else {
+                    _mm512_extractf32x8_ps::<1>(pair)
+                })
             }
         }
     }
