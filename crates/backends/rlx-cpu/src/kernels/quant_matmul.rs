@@ -971,7 +971,7 @@ mod x86 {
         // (whole blocks) or the pairs' scratch, and the features are enabled on this
         // function.
         unsafe {
-            RowPairs::<A>::with(acts, false, |pairs| {
+            RowPairs::<A>::with_avx512(acts, false, |pairs| {
                 let mask = _mm256_set1_epi8(0x0F);
                 for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
                     let mut acc = pairs.zero();
@@ -1042,7 +1042,7 @@ mod x86 {
         /// 1024 on one thread).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
         #[inline]
-        unsafe fn with<R>(acts: &'a [Q8Row<'a>; A], sums: bool, f: impl FnOnce(&RowPairs<'_, A>) -> R) -> R {
+        unsafe fn with_avx512<R>(acts: &'a [Q8Row<'a>; A], sums: bool, f: impl FnOnce(&RowPairs<'_, A>) -> R) -> R {
             if Self::PAIRS == 0 && !(sums && A % 2 == 1) {
                 return f(&RowPairs { acts, scratch: &[], sums });
             }
@@ -1088,7 +1088,7 @@ mod x86 {
         #[inline(always)]
         unsafe fn add(&self, acc: &mut Acc, at: usize, u: __m256i, scale: Scale) {
             // SAFETY: the callers have AVX-512 F/BW/VL/DQ and VNNI; the loads read the
-            // scratch `with` filled and the rows' whole blocks.
+            // scratch `with_avx512` filled and the rows' whole blocks.
             unsafe {
                 let u2 = _mm512_broadcast_i64x4(u);
                 let scale2 = match scale {
@@ -1180,7 +1180,7 @@ mod x86 {
         // the scales at 192, d at 208 of 210) or what `RowPairs` reads; the features are
         // enabled on this function.
         unsafe {
-            RowPairs::<A>::with(acts, true, |pairs| {
+            RowPairs::<A>::with_avx512(acts, true, |pairs| {
                 let (low, high) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
                 // Lanes 0-3 take sub-block scale 2j, lanes 4-7 scale 2j + 1.
                 let pick: [__m512i; 8] = std::array::from_fn(|j| {
