@@ -349,16 +349,13 @@ impl CpuProgram {
 
     /// Runs with one tensor per input, in [`CpuProgram::inputs`] order, each of its declared type.
     pub fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
-        let mut outputs = Ok(Vec::new());
-        self.run_with(inputs, &mut |views| {
-            outputs = views
+        self.run_then(inputs, |program| {
+            program
+                .outputs
                 .iter()
-                .map(|v| {
-                    read_host(v.bytes(), Class::for_storage(v.dtype(), v.dtype().size_bytes())?, v.dtype(), v.dims())
-                })
+                .map(|&(slot, dtype, ref dims)| read_host(program.output_bytes(slot)?, slot.class, dtype, dims))
                 .collect()
-        })?;
-        outputs
+        })
     }
 
     /// [`CpuProgram::run`] that shows `visit` the outputs where they are (the arena, a
@@ -367,6 +364,40 @@ impl CpuProgram {
     /// allocation per run (an 8-row SmolLM2 step's 1.5 MiB of logits: 0.6 ms of 8.1).
     /// An output stored wider than its type (f16 in f32) is shown converted.
     pub fn run_with(&mut self, inputs: &[TensorRef<'_>], visit: &mut dyn FnMut(&[TensorRef<'_>])) -> Result<()> {
+        self.run_then(inputs, |program| {
+            // A converted copy where an output's storage is wider than its type.
+            let mut converted = Vec::with_capacity(program.outputs.len());
+            for &(slot, dtype, ref dims) in &program.outputs {
+                let src = program.output_bytes(slot)?;
+                let as_is = slot.class == Class::for_storage(dtype, dtype.size_bytes())?;
+                converted.push(if as_is { None } else { Some(read_host(src, slot.class, dtype, dims)?) });
+            }
+            let views = program
+                .outputs
+                .iter()
+                .zip(&converted)
+                .map(|(&(slot, dtype, ref dims), converted)| match converted {
+                    Some(t) => Ok(t.view()),
+                    None => TensorRef::new(dtype, dims, program.output_bytes(slot)?),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            visit(&views);
+            Ok(())
+        })
+    }
+
+    /// Output slot `slot`'s bytes, after a run.
+    fn output_bytes(&self, slot: TSlot) -> Result<&[u8]> {
+        if slot.base == 0 {
+            return self.arena.slot_bytes(slot);
+        }
+        // SAFETY: a param buffer of at least the slot's bytes (the plan checked it), locked
+        // by `run_then` if shared.
+        Ok(unsafe { std::slice::from_raw_parts(self.bases[slot.base].0.add(slot.offset), slot.bytes()) })
+    }
+
+    /// Runs, then `read`s the outputs (their time counts as the run's copies).
+    fn run_then<R>(&mut self, inputs: &[TensorRef<'_>], read: impl FnOnce(&Self) -> Result<R>) -> Result<R> {
         let started = crate::profile::enabled().then(Instant::now);
         if inputs.len() != self.inputs.len() {
             return Err(Error::internal(format!("{} inputs for {} slots", inputs.len(), self.inputs.len())));
@@ -416,33 +447,11 @@ impl CpuProgram {
         }
         ran?;
         let left = started.map(|_| Instant::now());
-        // Each output's bytes, and a converted copy where its storage is wider.
-        let mut sources = Vec::with_capacity(self.outputs.len());
-        for (slot, dtype, dims) in &self.outputs {
-            let src = if slot.base == 0 {
-                self.arena.slot_bytes(*slot)?
-            } else {
-                // SAFETY: a param buffer of at least the slot's bytes (the plan checked
-                // it), locked above if shared.
-                unsafe { std::slice::from_raw_parts(self.bases[slot.base].0.add(slot.offset), slot.bytes()) }
-            };
-            let stored_as_is = slot.class == Class::for_storage(*dtype, dtype.size_bytes())?;
-            sources.push((src, if stored_as_is { None } else { Some(read_host(src, slot.class, *dtype, dims)?) }));
-        }
-        let views = self
-            .outputs
-            .iter()
-            .zip(&sources)
-            .map(|((_, dtype, dims), (src, converted))| match converted {
-                Some(t) => Ok(t.view()),
-                None => TensorRef::new(*dtype, dims, src),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        visit(&views);
+        let read = read(self)?;
         if let (Some(started), Some(entered), Some(left), Some(timeline)) = (started, entered, left, timeline) {
             self.record_profile(started, entered, left, packing, timeline);
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Adds a profiled run to [`crate::profile`]'s table.

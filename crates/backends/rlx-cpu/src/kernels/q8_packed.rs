@@ -50,6 +50,7 @@ macro_rules! by_rows {
         }
     };
 }
+pub(super) use by_rows;
 
 /// Whether [`Packed`] products run `scheme` on `arm` on this host.
 pub fn available(scheme: QuantScheme, arm: Arm) -> bool {

@@ -412,28 +412,16 @@ fn rows_kernel(scheme: QuantScheme, arm: Arm) -> Option<RowsFn> {
     {
         let f = features();
         if arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
-            macro_rules! by_rows {
-                ($kernel:ident) => {
-                    |w, a, o| {
-                        // SAFETY: the features were checked above.
-                        unsafe {
-                            match a.len() {
-                                8 => x86::$kernel::<8>(w, a, o),
-                                7 => x86::$kernel::<7>(w, a, o),
-                                6 => x86::$kernel::<6>(w, a, o),
-                                5 => x86::$kernel::<5>(w, a, o),
-                                4 => x86::$kernel::<4>(w, a, o),
-                                3 => x86::$kernel::<3>(w, a, o),
-                                2 => x86::$kernel::<2>(w, a, o),
-                                _ => x86::$kernel::<1>(w, a, o),
-                            }
-                        }
-                    }
-                };
-            }
+            use q8_packed::by_rows;
             match scheme {
-                QuantScheme::Q4K => return Some(by_rows!(dot_rows_q4k_vnni_avx512)),
-                QuantScheme::Q6K => return Some(by_rows!(dot_rows_q6k_vnni_avx512)),
+                // SAFETY: the features were checked above.
+                QuantScheme::Q4K => {
+                    return Some(|w, a, o| unsafe { by_rows!(x86::dot_rows_q4k_vnni_avx512(w, a, o), a.len()) });
+                }
+                // SAFETY: the features were checked above.
+                QuantScheme::Q6K => {
+                    return Some(|w, a, o| unsafe { by_rows!(x86::dot_rows_q6k_vnni_avx512(w, a, o), a.len()) });
+                }
                 _ => {}
             }
         }
@@ -1026,9 +1014,9 @@ mod x86 {
         sums: bool,
     }
 
-    /// Accumulators of [`RowPairs`]: up to 4 pairs and an odd row.
+    /// Accumulators of [`RowPairs`]: the pairs of a pass and an odd row.
     struct Acc {
-        pairs: [__m512; 4],
+        pairs: [__m512; super::ROWS_PASS / 2],
         odd: __m256,
     }
 
@@ -1080,7 +1068,7 @@ mod x86 {
         #[inline(always)]
         unsafe fn zero(&self) -> Acc {
             // SAFETY: the callers have AVX-512 F.
-            unsafe { Acc { pairs: [_mm512_setzero_ps(); 4], odd: _mm256_setzero_ps() } }
+            unsafe { Acc { pairs: [_mm512_setzero_ps(); super::ROWS_PASS / 2], odd: _mm256_setzero_ps() } }
         }
 
         /// Adds block `at`'s products with the quants `u` (32 unsigned bytes), scaled by
