@@ -3,7 +3,7 @@
 //! `compile` runs the compiler (`rlx_compile`: passes, fusion, memory plan), then resolves
 //! every step into a thunk: its kernel with the plan fixed (strides, batch offsets, conv
 //! geometry, region program) and its operands as arena slots. `run` copies the inputs in,
-//! walks the thunks and copies the outputs out: no graph work, and no allocation but the
+//! walks the thunks and copies the outputs out (`run_with` shows them in place): no graph work, and no allocation but the
 //! host tensors it returns (region and attention scratch is per worker thread, grown once).
 //!
 //! Params live in [`ParamBuffer`]s outside the arena: set from host tensors, bound to
