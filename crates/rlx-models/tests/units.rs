@@ -3,7 +3,7 @@
 //! and the streaming UTF-8 joiner.
 
 use rlx_models::tokenizer::pre_tokenize;
-use rlx_models::{ChatTemplate, Message, Sampler, SamplerConfig, TextStream};
+use rlx_models::{ChatTemplate, Message, Sampler, SamplerConfig, TextStream, TokenId};
 
 #[test]
 fn pre_tokenizer_follows_the_gpt2_pattern() {
@@ -92,6 +92,50 @@ fn greedy_takes_the_first_maximum_and_skips_nan() {
     let mut s = Sampler::new(SamplerConfig::default()).unwrap();
     assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0], &[]).unwrap(), 1);
     assert_eq!(s.sample(&[f32::NAN, 0.5, 0.2], &[]).unwrap(), 1);
+}
+
+/// Greedy picks (first maximum, NaN never, suppressed ids as `-inf`) against a scalar
+/// search over a masked copy, at sizes around the vectorized passes' 16 lanes, with ties,
+/// NaN, infinities and subnormals drawn from a small set of values.
+#[test]
+fn greedy_matches_a_scalar_search_at_odd_sizes() {
+    let oracle = |logits: &[f32], suppressed: &[TokenId]| {
+        let mut best: Option<(f32, usize)> = None;
+        for (i, &l) in logits.iter().enumerate() {
+            let l = if suppressed.contains(&(i as TokenId)) { f32::NEG_INFINITY } else { l };
+            if !l.is_nan() && best.is_none_or(|(b, _)| l > b) {
+                best = Some((l, i));
+            }
+        }
+        best.map(|(_, i)| i as TokenId)
+    };
+    let values = [0.0f32, 1.0, 2.0, -3.0, 1e-40, f32::NAN, f32::INFINITY, f32::NEG_INFINITY];
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for size in [1, 2, 3, 15, 16, 17, 31, 33, 1000, 49152] {
+        for trial in 0..40 {
+            // Few distinct values a trial (many ties), sometimes only NaN and -inf.
+            let pool: Vec<f32> = (0..1 + trial % 4).map(|_| values[next(values.len())]).collect();
+            let mut logits: Vec<f32> = (0..size).map(|_| pool[next(pool.len())]).collect();
+            if trial % 5 == 0 {
+                logits[next(size)] = 7.5; // one clear maximum somewhere
+            }
+            for suppressed in [vec![], vec![next(size) as TokenId], (0..size as TokenId).step_by(3).collect()] {
+                let config = SamplerConfig { suppressed: suppressed.clone(), ..SamplerConfig::default() };
+                let got = Sampler::new(config).unwrap().sample(&logits, &[]).ok();
+                assert_eq!(
+                    got,
+                    oracle(&logits, &suppressed),
+                    "size {size}, trial {trial}, suppressed {suppressed:?} {logits:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

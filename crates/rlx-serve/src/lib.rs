@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use engine::{Event, Job, Load, Task};
 use rlx_ir::{DType, Error, Result};
-use rlx_models::{ChatTemplate, Llama, LlamaOptions, TokenId, Tokenizer};
+use rlx_models::{BatchRow, ChatTemplate, Llama, LlamaOptions, TokenId, Tokenizer};
 use serde_json::json;
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -117,6 +117,22 @@ pub fn serve(options: &ServeOptions) -> Result<()> {
         llama.context(),
         llama.cache_type(),
         llama.cache_bytes() as f64 / (1 << 20) as f64
+    );
+    // Each batch size's decode graph compiled and run once before the first request:
+    // a batch that grows to a size it has not run stalls every stream in it while the
+    // graph compiles (SmolLM2, 2 cores: 11-35 ms a size, 29 ms for 8 rows), and the
+    // first step of all repacks the weights (~140 ms). Each slot's first cache row is
+    // written here and rewritten by the slot's first prompt.
+    let start = Instant::now();
+    let mut logits = Vec::new();
+    for rows in 1..=llama.slots() {
+        let batch: Vec<BatchRow> = (0..rows).map(|slot| BatchRow { slot, pos: 0, token: 0 }).collect();
+        llama.decode_batch_into(&batch, &mut logits)?;
+    }
+    eprintln!(
+        "rlx serve: decode steps of 1 to {} rows compiled and run once in {:.0} ms",
+        llama.slots(),
+        start.elapsed().as_secs_f64() * 1e3
     );
     let (jobs, queued) = std::sync::mpsc::sync_channel(options.queue);
     let load = Arc::new(Load::default());
