@@ -650,7 +650,6 @@ fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mu
         // `b` sequences, each after a 16-token prompt of its own, decoded together:
         // tokens of all of them per second.
         m.set_slots(b)?;
-        let mut logits = Vec::new();
         let mut tg_batch = || -> Result<f64> {
             for slot in 0..b {
                 m.prefill_slot(slot, 0, &prompt[slot..slot + 16])?;
@@ -658,7 +657,8 @@ fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mu
             let start = Instant::now();
             for (i, &id) in generated.iter().enumerate() {
                 let step: Vec<BatchRow> = (0..b).map(|slot| BatchRow { slot, pos: 16 + i, token: id }).collect();
-                m.decode_batch_into(&step, &mut logits)?; // as `rlx serve` steps
+                // As `rlx serve` steps: the logits seen where the step left them.
+                m.decode_batch_with(&step, |_| ())?;
             }
             Ok((b * TG) as f64 / start.elapsed().as_secs_f64())
         };

@@ -195,6 +195,19 @@ impl<'a> TensorRef<'a> {
         }
     }
 
+    /// The values where they lie, without a copy: for an f32 tensor whose bytes are
+    /// aligned for f32 (a compiled program's outputs are) on a little-endian host; None
+    /// otherwise ([`TensorRef::extend_f32`] converts any tensor).
+    pub fn as_f32(&self) -> Option<&'a [f32]> {
+        if self.dtype != DType::F32 || cfg!(target_endian = "big") {
+            return None;
+        }
+        // SAFETY: every bit pattern is an f32; `align_to` reinterprets only the aligned
+        // middle, and a tensor whose bytes do not all fall in it is refused.
+        let (head, values, tail) = unsafe { self.bytes.align_to::<f32>() };
+        (head.is_empty() && tail.is_empty()).then_some(values)
+    }
+
     /// Every dtype converted to f64 (exact for all but i64 beyond 2^53, which rounds).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         match self.dtype {
@@ -308,6 +321,27 @@ mod tests {
             assert_eq!(HostTensor::from_f32_as(dtype, &[1], &[edge]).unwrap().to_f64_vec(), vec![edge as f64]);
         }
         assert!(HostTensor::from_f32_as(DType::I64, &[1], &[f32::NAN]).is_err());
+    }
+
+    #[test]
+    fn f32_values_are_shown_in_place_only_when_aligned() {
+        let values = [1.5f32, -0.0, f32::NAN, f32::INFINITY, 1e-40];
+        // The same bytes at an f32-aligned start and at an unaligned one.
+        let words: Vec<u32> = values.iter().map(|v| v.to_bits()).chain([0]).collect();
+        // SAFETY: u32s viewed as their bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 4) };
+        let aligned = TensorRef::new(DType::F32, &[5], &bytes[..20]).unwrap();
+        let shown = aligned.as_f32().unwrap();
+        assert_eq!(shown.as_ptr().cast::<u8>(), bytes.as_ptr(), "a copy");
+        assert!(shown.iter().zip(&values).all(|(a, b)| a.to_bits() == b.to_bits()));
+        let mut shifted = [0u8; 24];
+        let start = (0..4).find(|s| !(shifted.as_ptr() as usize + s).is_multiple_of(4)).unwrap();
+        shifted[start..start + 20].copy_from_slice(&bytes[..20]);
+        let unaligned = TensorRef::new(DType::F32, &[5], &shifted[start..start + 20]).unwrap();
+        assert_eq!(unaligned.as_f32(), None);
+        assert_eq!(unaligned.to_f32_vec().iter().map(|v| v.to_bits()).collect::<Vec<_>>(), words[..5]);
+        let half = HostTensor::from_f32_as(DType::F16, &[2], &[1.0, 2.0]).unwrap();
+        assert_eq!(half.view().as_f32(), None);
     }
 
     #[test]

@@ -37,8 +37,8 @@ fn argmax(logits: &[f32]) -> TokenId {
 
 /// Three sequences in slots 3, 1 and 2 joining at steps 0, 2 and 3 (their prompts
 /// prefilled between steps), the first leaving after 5; rows handed over out of slot
-/// order. Each row's logits equal its solo run's, from `decode_batch` and from
-/// `decode_batch_into`.
+/// order but every fourth step. Each row's logits equal its solo run's, from
+/// `decode_batch`, `decode_batch_into` and `decode_batch_with`.
 fn check(model: &std::path::Path, options: LlamaOptions) {
     let mut llama = Llama::load(model, &options).unwrap();
     let prompts: Vec<Vec<TokenId>> =
@@ -61,21 +61,28 @@ fn check(model: &std::path::Path, options: LlamaOptions) {
                 llama.prefill_slot(slots[s], 0, &prompts[s]).unwrap();
             }
         }
-        // Newest first: not the slots' order.
-        let live: Vec<usize> = (0..3).rev().filter(|&s| joins[s] <= t && t < leaves[s] && done[s] < steps).collect();
+        // Newest first: not the slots' order, but in it every fourth step.
+        let mut live: Vec<usize> =
+            (0..3).rev().filter(|&s| joins[s] <= t && t < leaves[s] && done[s] < steps).collect();
         if live.is_empty() {
             continue;
+        }
+        if t % 4 == 2 {
+            live.sort_unstable_by_key(|&s| slots[s]);
         }
         let rows: Vec<BatchRow> = live
             .iter()
             .map(|&s| BatchRow { slot: slots[s], pos: prompts[s].len() + done[s], token: want[s][done[s]].0 })
             .collect();
-        // Every other step into the buffer the last one left (its size another batch's).
-        let logits = if t % 2 == 0 {
-            llama.decode_batch(&rows).unwrap()
-        } else {
-            llama.decode_batch_into(&rows, &mut reused).unwrap();
-            reused.clone()
+        // In turn: a fresh vector, the buffer an earlier step left (its size another
+        // batch's), and the logits lent where the step left them (in slot order, then not).
+        let logits = match t % 4 {
+            0 => llama.decode_batch(&rows).unwrap(),
+            1 => {
+                llama.decode_batch_into(&rows, &mut reused).unwrap();
+                reused.clone()
+            }
+            _ => llama.decode_batch_with(&rows, <[f32]>::to_vec).unwrap(),
         };
         let vocab = logits.len() / rows.len();
         for (row, &s) in live.iter().enumerate() {

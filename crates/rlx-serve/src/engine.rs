@@ -205,7 +205,8 @@ impl Running {
         match &mut self.work {
             Work::Generate { .. } => {
                 if whole {
-                    self.advance(llama, &out);
+                    let token = self.sample(&out);
+                    self.advance(llama, token);
                 }
             }
             Work::Embed { inputs, done, sum, vectors } => {
@@ -246,9 +247,17 @@ impl Running {
         self.ended = true;
     }
 
-    /// Samples the token that follows `logits` and streams its text; ends the request at
-    /// its end (end of generation, a stop string, `max_tokens`, a full context).
-    fn advance(&mut self, llama: &Llama, logits: &[f32]) {
+    /// The token that follows `logits`, from this request's sampler.
+    fn sample(&mut self, logits: &[f32]) -> rlx_ir::Result<TokenId> {
+        match &mut self.work {
+            Work::Generate { sampler, history, .. } => sampler.sample(logits, history),
+            Work::Embed { .. } => Err(rlx_ir::Error::internal("an embeddings request has no token to sample")),
+        }
+    }
+
+    /// Takes `token` (what [`Running::sample`] chose) and streams its text; ends the
+    /// request at its end (end of generation, a stop string, `max_tokens`, a full context).
+    fn advance(&mut self, llama: &Llama, token: rlx_ir::Result<TokenId>) {
         let pos = self.pos;
         let Work::Generate {
             prompt_tokens,
@@ -257,16 +266,16 @@ impl Running {
             pending,
             history,
             generated,
-            sampler,
             out,
             held,
             first_token,
             decode_start,
+            ..
         } = &mut self.work
         else {
             return;
         };
-        let token = match sampler.sample(logits, history) {
+        let token = match token {
             Ok(t) => t,
             Err(e) => return self.fail(e.to_string()),
         };
@@ -388,7 +397,6 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
     let mut kept: Vec<Vec<TokenId>> = vec![Vec::new(); llama.slots()];
     let mut running: Vec<Running> = Vec::new();
     let mut open = true;
-    let mut logits = Vec::new();
     while open || !running.is_empty() {
         // Admit queued requests into free slots; wait for one only when idle.
         while open && !free.is_empty() {
@@ -447,13 +455,18 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
         rows.sort_unstable_by_key(|(_, row)| row.slot);
         if !rows.is_empty() {
             let batch: Vec<BatchRow> = rows.iter().map(|&(_, row)| row).collect();
-            match llama.decode_batch_into(&batch, &mut logits) {
-                Ok(()) => {
-                    let vocab = logits.len() / rows.len();
-                    for (k, &(i, _)) in rows.iter().enumerate() {
+            // Each row samples from the logits where the step left them.
+            let sampled = llama.decode_batch_with(&batch, |logits| {
+                let vocab = logits.len() / rows.len();
+                let row = |k: usize| &logits[k * vocab..][..vocab];
+                rows.iter().enumerate().map(|(k, &(i, _))| running[i].sample(row(k))).collect::<Vec<_>>()
+            });
+            match sampled {
+                Ok(tokens) => {
+                    for (&(i, _), token) in rows.iter().zip(tokens) {
                         let r = &mut running[i];
                         r.pos += 1;
-                        r.advance(&llama, &logits[k * vocab..][..vocab]);
+                        r.advance(&llama, token);
                     }
                 }
                 Err(e) => rows.iter().for_each(|&(i, _)| running[i].fail(e.to_string())),

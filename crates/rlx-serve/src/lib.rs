@@ -124,10 +124,9 @@ pub fn serve(options: &ServeOptions) -> Result<()> {
     // first step of all repacks the weights (~140 ms). Each slot's first cache row is
     // written here and rewritten by the slot's first prompt.
     let start = Instant::now();
-    let mut logits = Vec::new();
     for rows in 1..=llama.slots() {
         let batch: Vec<BatchRow> = (0..rows).map(|slot| BatchRow { slot, pos: 0, token: 0 }).collect();
-        llama.decode_batch_into(&batch, &mut logits)?;
+        llama.decode_batch_with(&batch, |_| ())?;
     }
     eprintln!(
         "rlx serve: decode steps of 1 to {} rows compiled and run once in {:.0} ms",
