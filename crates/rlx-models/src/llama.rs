@@ -28,6 +28,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Sequence graphs (prompts and prompt pieces, by length) kept compiled, and the most
+/// bytes their arenas may hold together (SmolLM2: ~17 KiB a token, 4.1 MiB for a
+/// 256-token piece); the most recently run stay, a new one always. A server's prompts
+/// come in many lengths, and a new length compiles for ~7-10 ms (SmolLM2, 2 cores,
+/// lengths 5 to 300), as long as an 11-token prompt's whole prefill.
+const SEQUENCE_GRAPHS: usize = 8;
+const SEQUENCE_GRAPH_BYTES: usize = 32 << 20;
+
 /// The checks a file's tensors must pass against its hyper-parameters before anything
 /// is built: no block past `llama.block_count` (a file with 30 blocks that says 29 would
 /// run 29 and print fluent nonsense), every expected tensor present (checked where each
@@ -151,6 +159,8 @@ pub struct Llama {
     /// Graphs of one sequence's `n` tokens (prompts, scoring, hidden states), a few
     /// shapes at a time (chat turns and embedding inputs differ in length).
     sequences: HashMap<StepShape, Step>,
+    /// Sequence graphs run so far (their recency).
+    runs: u64,
     decode: Option<Step>,
     /// Batched decode graphs ([`Llama::decode_batch`]) by rows.
     batch: HashMap<usize, Step>,
@@ -298,6 +308,7 @@ impl Llama {
             embedding: (embd, embd_info),
             output_name: output_name.to_string(),
             sequences: HashMap::new(),
+            runs: 0,
             decode: None,
             batch: HashMap::new(),
             pos: 0,
@@ -539,7 +550,7 @@ impl Llama {
             }
         }
         self.compile_seconds += start.elapsed().as_secs_f64();
-        Ok(Step { compiled, shape, bound: Vec::new() })
+        Ok(Step { compiled, shape, bound: Vec::new(), last_run: 0 })
     }
 
     /// Embedding rows of `tokens`, `[1, n, d_model]`.
@@ -604,7 +615,11 @@ impl Llama {
             self.bind_slots(&mut step, &[slot]).and_then(|()| step.compiled.run_typed(&[("x", &x), ("pos", &pos)]));
         match kind {
             StepKind::Decode => self.decode = Some(step),
-            StepKind::Sequence { .. } => drop(self.sequences.insert(step.shape, step)),
+            StepKind::Sequence { .. } => {
+                self.runs += 1;
+                step.last_run = self.runs;
+                self.sequences.insert(step.shape, step);
+            }
         }
         Ok(run?.remove(0).to_f32_vec())
     }
@@ -678,13 +693,15 @@ impl Llama {
 
     /// Compiles the sequence graph of `shape` (a prompt) unless it is one of the few kept.
     fn prepare_sequence(&mut self, shape: StepShape) -> Result<()> {
-        if !self.sequences.contains_key(&shape) {
-            if self.sequences.len() >= 4 {
-                self.sequences.clear();
-            }
-            let step = self.compile_step(shape, self.activations(false))?;
-            self.sequences.insert(shape, step);
+        if self.sequences.contains_key(&shape) {
+            return Ok(());
         }
+        let step = self.compile_step(shape, self.activations(false))?;
+        let kept = self.sequences.iter().map(|(&k, s)| (s.last_run, k, s.compiled.arena_bytes())).collect();
+        for old in least_recent_beyond(kept, step.compiled.arena_bytes(), (SEQUENCE_GRAPHS, SEQUENCE_GRAPH_BYTES)) {
+            self.sequences.remove(&old);
+        }
+        self.sequences.insert(shape, step);
         Ok(())
     }
 
@@ -960,6 +977,26 @@ struct Step {
     compiled: CompiledGraph,
     shape: StepShape,
     bound: Vec<usize>,
+    /// [`Llama::runs`] at its last run (sequence graphs: the least recent goes first).
+    last_run: u64,
+}
+
+/// Of `kept` (last run, key, bytes), the keys to drop so that a new entry of `bytes` and
+/// the most recently run of the rest number at most `limits.0` and hold at most
+/// `limits.1` bytes together (the new one stays whatever its size).
+fn least_recent_beyond<K>(mut kept: Vec<(u64, K, usize)>, mut bytes: usize, limits: (usize, usize)) -> Vec<K> {
+    kept.sort_unstable_by_key(|&(run, ..)| std::cmp::Reverse(run));
+    let mut count = 1;
+    let mut dropped = Vec::new();
+    for (_, key, size) in kept {
+        if count < limits.0 && bytes + size <= limits.1 {
+            count += 1;
+            bytes += size;
+        } else {
+            dropped.push(key);
+        }
+    }
+    dropped
 }
 
 /// Per layer (k, v) caches for one sequence, each `[1, n_kv_head, context, head_dim]`.
@@ -1055,5 +1092,24 @@ fn release_freed_heap() {
         unsafe {
             malloc_trim(0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::least_recent_beyond;
+
+    #[test]
+    fn the_least_recent_graphs_go_past_the_count_or_the_bytes() {
+        // (last run, key, bytes); a new entry of 10 bytes.
+        let kept = || vec![(3, 'c', 10), (1, 'a', 10), (4, 'd', 10), (2, 'b', 10)];
+        assert_eq!(least_recent_beyond(kept(), 10, (8, 1000)), Vec::<char>::new());
+        assert_eq!(least_recent_beyond(kept(), 10, (3, 1000)), vec!['b', 'a']);
+        assert_eq!(least_recent_beyond(kept(), 10, (1, 1000)), vec!['d', 'c', 'b', 'a']);
+        assert_eq!(least_recent_beyond(kept(), 10, (8, 35)), vec!['b', 'a']);
+        // A new entry over the budget stays alone; a small old one fits behind a large one.
+        assert_eq!(least_recent_beyond(kept(), 50, (8, 40)), vec!['d', 'c', 'b', 'a']);
+        let mixed = vec![(3, 'c', 30), (2, 'b', 5), (1, 'a', 5)];
+        assert_eq!(least_recent_beyond(mixed, 10, (8, 25)), vec!['c']);
     }
 }

@@ -175,3 +175,26 @@ fn bad_batches_are_errors() {
     assert!(llama.set_slots(0).unwrap_err().to_string().contains("at least 1"));
     assert!(llama.prefill_slot(5, 0, &[1]).unwrap_err().to_string().contains("slot 5"));
 }
+
+/// A prompt length run lately keeps its compiled graph: eight lengths, the first again,
+/// a ninth (which drops the least recently run, the second), then the first runs without
+/// compiling and the second compiles again.
+#[test]
+fn recent_prompt_lengths_stay_compiled() {
+    let Some(path) = common::cached(DEFAULT_MODEL, "tools/fetch_model.sh") else { return };
+    let mut llama = Llama::load(&path, &LlamaOptions { context: 64, ..LlamaOptions::default() }).unwrap();
+    let tokens: Vec<TokenId> =
+        llama.tokenizer.encode_prompt("one two three four five six seven eight nine", false).unwrap();
+    let mut prefill = |n: usize| {
+        let before = llama.compile_seconds();
+        llama.prefill_slot(0, 0, &tokens[..n]).unwrap();
+        llama.compile_seconds() > before
+    };
+    for n in 1..=8 {
+        assert!(prefill(n), "{n} tokens: a new length compiles");
+    }
+    assert!(!prefill(1), "1 token: kept");
+    assert!(prefill(9), "9 tokens: a new length compiles");
+    assert!(!prefill(1), "1 token: run lately, kept");
+    assert!(prefill(2), "2 tokens: the least recently run, dropped");
+}
