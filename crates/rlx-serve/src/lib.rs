@@ -94,6 +94,13 @@ struct App {
     next_id: AtomicU64,
 }
 
+/// Batch sizes compiled before the server listens; larger ones compile when a batch
+/// first grows to them. A batch graph has an attention node per row and layer, so its
+/// compilation and arena grow faster than its rows (SmolLM2, 2 cores: 8 rows 29 ms and
+/// ~7 MiB, 16 rows 74 ms and ~12 MiB, 64 rows 1.06 s and ~42 MiB): all sizes up to 64
+/// would take ~20 s and over 1 GiB before the first request.
+const WARM_BATCH_ROWS: usize = 16;
+
 /// Loads the model, allocates every slot's KV cache, and serves until Ctrl-C or SIGTERM.
 pub fn serve(options: &ServeOptions) -> Result<()> {
     if options.parallel == 0 {
@@ -118,19 +125,19 @@ pub fn serve(options: &ServeOptions) -> Result<()> {
         llama.cache_type(),
         llama.cache_bytes() as f64 / (1 << 20) as f64
     );
-    // Each batch size's decode graph compiled and run once before the first request:
+    // Batch sizes up to WARM_BATCH_ROWS compiled and run once before the first request:
     // a batch that grows to a size it has not run stalls every stream in it while the
-    // graph compiles (SmolLM2, 2 cores: 11-35 ms a size, 29 ms for 8 rows), and the
-    // first step of all repacks the weights (~140 ms). Each slot's first cache row is
-    // written here and rewritten by the slot's first prompt.
+    // graph compiles (SmolLM2, 2 cores: 11-35 ms a size up to 8 rows), and the first
+    // step of all repacks the weights (~140 ms). Each slot's first cache row is written
+    // here and rewritten by the slot's first prompt.
     let start = Instant::now();
-    for rows in 1..=llama.slots() {
+    let warm = llama.slots().min(WARM_BATCH_ROWS);
+    for rows in 1..=warm {
         let batch: Vec<BatchRow> = (0..rows).map(|slot| BatchRow { slot, pos: 0, token: 0 }).collect();
         llama.decode_batch_with(&batch, |_| ())?;
     }
     eprintln!(
-        "rlx serve: decode steps of 1 to {} rows compiled and run once in {:.0} ms",
-        llama.slots(),
+        "rlx serve: decode steps of 1 to {warm} rows compiled and run once in {:.0} ms",
         start.elapsed().as_secs_f64() * 1e3
     );
     let (jobs, queued) = std::sync::mpsc::sync_channel(options.queue);
