@@ -95,10 +95,11 @@ struct App {
 }
 
 /// Batch sizes compiled before the server listens; larger ones compile when a batch
-/// first grows to them. A batch graph has an attention node per row and layer, so its
-/// compilation and arena grow faster than its rows (SmolLM2, 2 cores: 8 rows 29 ms and
-/// ~7 MiB, 16 rows 74 ms and ~12 MiB, 64 rows 1.06 s and ~42 MiB): all sizes up to 64
-/// would take ~20 s and over 1 GiB before the first request.
+/// first grows to them. A batch graph has ~13 nodes per row and layer (its own cache
+/// append and attention), so each size costs time and memory in proportion to its rows
+/// (SmolLM2, 2 cores: 8 rows 25 ms and ~6 MiB, 16 rows 47 ms and ~11 MiB, 64 rows 0.33 s
+/// and ~40 MiB): every size up to 64 would take 11.5 s and over 1 GiB before the first
+/// request.
 const WARM_BATCH_ROWS: usize = 16;
 
 /// Loads the model, allocates every slot's KV cache, and serves until Ctrl-C or SIGTERM.
@@ -127,7 +128,7 @@ pub fn serve(options: &ServeOptions) -> Result<()> {
     );
     // Batch sizes up to WARM_BATCH_ROWS compiled and run once before the first request:
     // a batch that grows to a size it has not run stalls every stream in it while the
-    // graph compiles (SmolLM2, 2 cores: 11-35 ms a size up to 8 rows), and the first
+    // graph compiles (SmolLM2, 2 cores: 9-25 ms a size up to 8 rows), and the first
     // step of all repacks the weights (~140 ms). Each slot's first cache row is written
     // here and rewritten by the slot's first prompt.
     let start = Instant::now();
