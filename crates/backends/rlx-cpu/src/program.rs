@@ -3,8 +3,9 @@
 //! `compile` runs the compiler (`rlx_compile`: passes, fusion, memory plan), then resolves
 //! every step into a thunk: its kernel with the plan fixed (strides, batch offsets, conv
 //! geometry, region program) and its operands as arena slots. `run` copies the inputs in,
-//! walks the thunks and copies the outputs out (`run_with` shows them in place): no graph work, and no allocation but the
-//! host tensors it returns (region and attention scratch is per worker thread, grown once).
+//! walks the thunks and copies the outputs out (`run_with` shows them in place): no graph
+//! work, and no allocation but the host tensors it returns (`run_with`: its list of views)
+//! (region and attention scratch is per worker thread, grown once).
 //!
 //! Params live in [`ParamBuffer`]s outside the arena: set from host tensors, bound to
 //! borrowed bytes (a mapped GGUF file), or shared with another program (a KV cache).
