@@ -19,7 +19,7 @@ pub mod tokenizer;
 pub use arch::{Block, LlamaConfig};
 pub use chat::{ChatTemplate, Message};
 pub use completion::{Completion, FinishReason, StopStrings, TextOut};
-pub use llama::{BatchRow, GenerateStats, Generation, Llama, LlamaOptions};
+pub use llama::{BatchRow, GenerateStats, Generation, Llama, LlamaOptions, SlotPiece};
 pub use perplexity::{Perplexity, perplexity};
 pub use sampler::{Sampler, SamplerConfig};
 pub use tokenizer::{TextStream, TokenId, Tokenizer};

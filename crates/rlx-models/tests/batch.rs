@@ -9,7 +9,7 @@
 
 mod common;
 
-use rlx_models::{BatchRow, DEFAULT_MODEL, GEMMA3_MODEL, Llama, LlamaOptions, TokenId};
+use rlx_models::{BatchRow, DEFAULT_MODEL, GEMMA3_MODEL, Llama, LlamaOptions, SlotPiece, TokenId};
 
 /// Greedy continuation of `prompt` for `steps` tokens on slot 0 alone: the token fed at
 /// each step and the logits that followed it.
@@ -159,6 +159,64 @@ fn a_prompt_in_aligned_pieces_equals_it_whole_smollm2() {
 fn a_prompt_in_aligned_pieces_equals_it_whole_gemma3() {
     let Some(path) = common::cached(GEMMA3_MODEL, "tools/fetch_model.sh gemma3") else { return };
     check_prompt_in_pieces(&path, LlamaOptions { context: 256, ..LlamaOptions::default() });
+}
+
+/// Prompts of several slots run together (`Llama::run_slots`: what `rlx serve` does with
+/// requests that arrive together, each piece on one worker beside the others) give each
+/// one's bits alone: its logits or hidden states, and the cache rows it wrote (the decode
+/// step after it). Among them two prompts of one length (a copy of the graph each), a
+/// piece of a slot that does not exist (an error of its own; the rest run), and two
+/// pieces of one slot (one after the other: the hidden states, then the prompt).
+fn check_prompts_together(model: &std::path::Path, options: LlamaOptions) {
+    let mut llama = Llama::load(model, &options).unwrap();
+    llama.set_slots(4).unwrap();
+    let texts = ["The capital of France is", "The capital of Spain is", "1, 2, 3, 4,", "Once upon a time, there"];
+    let prompts: Vec<Vec<TokenId>> = texts.iter().map(|t| llama.tokenizer.encode_prompt(t, false).unwrap()).collect();
+    assert_eq!(prompts[0].len(), prompts[1].len(), "two prompts of one length");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    // Alone, in slot 0: each prompt's logits and the decode step after it.
+    let mut alone = Vec::new();
+    for p in &prompts {
+        let logits = llama.prefill_slot(0, 0, p).unwrap();
+        let token = argmax(&logits);
+        let step = llama.decode_batch(&[BatchRow { slot: 0, pos: p.len(), token }]).unwrap();
+        alone.push((bits(&logits), token, bits(&step)));
+    }
+    let hidden = bits(&llama.hidden_slot(0, 0, &prompts[3]).unwrap());
+    let piece = |slot: usize, p: usize, hidden: bool| SlotPiece { slot, pos: 0, tokens: &prompts[p], hidden };
+    let pieces = [
+        piece(0, 0, false),
+        piece(1, 1, false),
+        piece(9, 2, false),
+        piece(2, 2, false),
+        piece(3, 3, true),
+        piece(3, 3, false),
+    ];
+    let together = llama.run_slots(&pieces);
+    assert_eq!(together.len(), pieces.len());
+    // Prompt k ran in slot k.
+    for (k, at) in [(0, 0), (1, 1), (2, 3), (3, 5)] {
+        assert!(bits(together[at].as_ref().unwrap()) == alone[k].0, "prompt {k}: logits differ");
+    }
+    assert!(together[2].as_ref().unwrap_err().to_string().contains("slot 9 of 4"), "{:?}", together[2]);
+    assert!(bits(together[4].as_ref().unwrap()) == hidden, "hidden states differ");
+    let rows: Vec<BatchRow> = (0..4).map(|s| BatchRow { slot: s, pos: prompts[s].len(), token: alone[s].1 }).collect();
+    let steps = llama.decode_batch(&rows).unwrap();
+    for (s, step) in steps.chunks_exact(steps.len() / 4).enumerate() {
+        assert!(bits(step) == alone[s].2, "slot {s}: the step after the prompt differs");
+    }
+}
+
+#[test]
+fn prompts_together_equal_each_alone_smollm2() {
+    let Some(path) = common::cached(DEFAULT_MODEL, "tools/fetch_model.sh") else { return };
+    check_prompts_together(&path, LlamaOptions { context: 64, threads: Some(2), ..LlamaOptions::default() });
+}
+
+#[test]
+fn prompts_together_equal_each_alone_gemma3() {
+    let Some(path) = common::cached(GEMMA3_MODEL, "tools/fetch_model.sh gemma3") else { return };
+    check_prompts_together(&path, LlamaOptions { context: 64, threads: Some(2), ..LlamaOptions::default() });
 }
 
 #[test]

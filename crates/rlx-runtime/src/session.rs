@@ -182,6 +182,40 @@ impl CompiledGraph {
         self.run_views(&views)
     }
 
+    /// Runs several graphs, each on its typed inputs as [`CompiledGraph::run_typed`]
+    /// would, with the results of running them one after another: CPU graphs compiled
+    /// for the same threads run at once, one worker of their pool each
+    /// ([`rlx_cpu::CpuProgram::run_side_by_side`]); the others one after another. A graph
+    /// that writes a param buffer another of them uses (a shared KV cache) gets an `Err`.
+    pub fn run_side_by_side(jobs: &mut [(&mut CompiledGraph, &[(&str, &HostTensor)])]) -> Vec<Result<Vec<HostTensor>>> {
+        let views: Vec<Vec<(&str, TensorRef)>> =
+            jobs.iter().map(|(_, inputs)| inputs.iter().map(|(n, t)| (*n, t.view())).collect()).collect();
+        let prepared: Vec<Result<_>> = jobs.iter().zip(&views).map(|((g, _), v)| g.prepare_run(v)).collect();
+        let mut results: Vec<Option<Result<Vec<HostTensor>>>> = Vec::with_capacity(jobs.len());
+        let mut cpu = Vec::new();
+        for (((g, _), views), prepared) in jobs.iter_mut().zip(&views).zip(&prepared) {
+            match prepared {
+                Err(e) => results.push(Some(Err(e.clone()))),
+                Ok((order, converted)) => {
+                    let inputs = in_order(views, order, converted);
+                    if g.device == Device::Cpu {
+                        let program = g.executable.as_cpu().expect("a CPU graph runs a CPU program");
+                        cpu.push((results.len(), program, inputs));
+                        results.push(None);
+                    } else {
+                        results.push(Some(g.executable.run(&inputs)));
+                    }
+                }
+            }
+        }
+        let (at, mut programs): (Vec<usize>, Vec<_>) =
+            cpu.iter_mut().map(|(at, program, inputs)| (*at, (&mut **program, inputs.as_slice()))).unzip();
+        for (at, ran) in at.into_iter().zip(rlx_cpu::CpuProgram::run_side_by_side(&mut programs)) {
+            results[at] = Some(ran);
+        }
+        results.into_iter().map(|r| r.expect("every job ran")).collect()
+    }
+
     /// [`CompiledGraph::run_typed`] on borrowed tensors (a caller's buffers: NumPy
     /// arrays, mapped files): an input of its declared type is read straight from them.
     pub fn run_views(&mut self, inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<HostTensor>> {

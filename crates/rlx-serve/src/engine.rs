@@ -10,7 +10,7 @@
 //! An embeddings request holds a slot while its inputs run through it one after another,
 //! in prompt pieces like any prompt, and never joins the decode batch.
 
-use rlx_models::{BatchRow, FinishReason, Llama, Sampler, SamplerConfig, TextOut, TokenId};
+use rlx_models::{BatchRow, FinishReason, Llama, Sampler, SamplerConfig, SlotPiece, TextOut, TokenId};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -186,16 +186,19 @@ impl Running {
         self.unfilled_prompt().map_or(0, |prompt| PREFILL_CHUNK.min(prompt.len() - self.prefilled))
     }
 
-    /// Runs the next piece of the unfilled prompt (at most [`PREFILL_CHUNK`] tokens).
-    fn prefill(&mut self, llama: &mut Llama) {
+    /// The next piece of the unfilled prompt (at most [`PREFILL_CHUNK`] tokens), as the
+    /// model runs it.
+    fn piece(&self) -> Option<SlotPiece<'_>> {
+        let prompt = self.unfilled_prompt()?;
         let end = self.prefilled + self.next_piece();
-        let Some(prompt) = self.unfilled_prompt() else { return };
-        let piece = prompt[self.prefilled..end].to_vec();
-        let whole = end == prompt.len();
-        let run = match self.work {
-            Work::Generate { .. } => llama.prefill_slot(self.slot, self.prefilled, &piece),
-            Work::Embed { .. } => llama.hidden_slot(self.slot, self.prefilled, &piece),
-        };
+        let hidden = matches!(self.work, Work::Embed { .. });
+        Some(SlotPiece { slot: self.slot, pos: self.prefilled, tokens: &prompt[self.prefilled..end], hidden })
+    }
+
+    /// Takes what the model gave for [`Running::piece`].
+    fn prefilled(&mut self, llama: &Llama, run: rlx_ir::Result<Vec<f32>>) {
+        let end = self.prefilled + self.next_piece();
+        let whole = self.unfilled_prompt().is_some_and(|prompt| end == prompt.len());
         let out = match run {
             Ok(out) => out,
             Err(e) => return self.fail(e.to_string()),
@@ -435,15 +438,25 @@ pub fn run(mut llama: Llama, jobs: Receiver<Job>, load: Arc<Load>) {
         }
         load.running.store(running.len(), Ordering::Relaxed);
         // Prompt pieces of the requests still prefilling, oldest first, up to
-        // PREFILL_CHUNK tokens in all (the first piece always runs).
+        // PREFILL_CHUNK tokens in all (the first piece always runs), side by side where
+        // the model can (`Llama::run_slots`).
+        let mut prefilling = Vec::new();
         let mut prefilled = 0;
-        for r in running.iter_mut() {
+        for (i, r) in running.iter().enumerate() {
             let piece = r.next_piece();
             if piece == 0 || (prefilled > 0 && prefilled + piece > PREFILL_CHUNK) {
                 continue;
             }
-            r.prefill(&mut llama);
+            prefilling.push(i);
             prefilled += piece;
+        }
+        if !prefilling.is_empty() {
+            let pieces: Vec<SlotPiece> =
+                prefilling.iter().map(|&i| running[i].piece().expect("a piece to run: an unfilled prompt")).collect();
+            let outs = llama.run_slots(&pieces);
+            for (&i, out) in prefilling.iter().zip(outs) {
+                running[i].prefilled(&llama, out);
+            }
         }
         // One decode step for every request with a token to run, in slot order (the
         // batch's own order: its logits come back without a reordering copy).

@@ -7,9 +7,10 @@
 //!   `rlx_compile::memory`).
 //!
 //! A buffer is either owned (zeroed on creation, writable) or borrowed bytes (read-only).
-//! A program holds the lock of every owned buffer it uses for the whole run, and host
-//! reads and writes take it too, so two programs sharing a cache cannot run at once: the
-//! second gets an `Err`, not a race.
+//! A program holds the lock of every owned buffer it uses for the whole run, exclusively
+//! where it writes the buffer, shared where it only reads it (host writes take it
+//! exclusively, host reads shared): two programs that write one cache cannot run at once
+//! (the second gets an `Err`, not a race), while programs that only read a buffer can.
 
 use crate::arena::{Arena, BufPtr, read_host, write_host};
 use crate::buffer::Class;
@@ -20,7 +21,7 @@ use rlx_ir::quant::QuantScheme;
 use rlx_ir::shape::{fmt_type, numel};
 use rlx_ir::{DType, Error, HostTensor, Result};
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 /// Bytes a param buffer can borrow (a memory map, a `Vec<u8>`, ...).
 pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -39,8 +40,9 @@ struct Inner {
     start: BufPtr,
     bytes: usize,
     storage: Storage,
-    /// Held while a program runs on (or the host writes) a shared owned buffer.
-    lock: Mutex<()>,
+    /// Held while a program runs on an owned buffer, or the host reads or writes it:
+    /// exclusively by writers, shared by readers.
+    lock: RwLock<()>,
     /// The f32 weight packed for `packed_gemm`, per (dims, strides) it is read with;
     /// dropped whenever the bytes change.
     packed: Mutex<Vec<(PackKey, Arc<Panels>)>>,
@@ -56,6 +58,12 @@ struct Inner {
 
 /// Drops the resident pages under a slice of file-mapped bytes (`rlx_gguf`'s).
 pub type PageRelease = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
+/// A held [`ParamBuffer`] lock (released on drop).
+pub(crate) enum ParamGuard<'a> {
+    Read { _guard: RwLockReadGuard<'a, ()> },
+    Write { _guard: RwLockWriteGuard<'a, ()> },
+}
 
 /// How a product reads a weight: `[k, n]` with (row, column) element strides.
 type PackKey = ((usize, usize), (usize, usize));
@@ -94,7 +102,7 @@ impl ParamBuffer {
             start,
             bytes,
             storage: Storage::Owned { _memory: arena },
-            lock: Mutex::new(()),
+            lock: RwLock::new(()),
             packed: Mutex::default(),
             q8_packed: Mutex::default(),
             tiles: Mutex::default(),
@@ -146,7 +154,7 @@ impl ParamBuffer {
             start,
             bytes: want,
             storage: Storage::Borrowed { _bytes: bytes },
-            lock: Mutex::new(()),
+            lock: RwLock::new(()),
             packed: Mutex::default(),
             q8_packed: Mutex::default(),
             tiles: Mutex::default(),
@@ -204,21 +212,35 @@ impl ParamBuffer {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Locks an owned buffer (writable, so anyone holding it might write it); `None` for
-    /// borrowed bytes, which nobody writes. A busy buffer is an error, not a wait: two
-    /// programs sharing it run one at a time, and neither blocks the other forever.
-    pub(crate) fn lock(&self, name: &str) -> Result<Option<MutexGuard<'_, ()>>> {
+    /// Locks an owned buffer for a writer (`write`: alone) or a reader (beside other
+    /// readers); `None` for borrowed bytes, which nobody writes. A busy buffer is an
+    /// error, not a wait: a program that writes a buffer runs alone on it, and none
+    /// blocks another forever.
+    pub(crate) fn lock(&self, name: &str, write: bool) -> Result<Option<ParamGuard<'_>>> {
         if self.is_borrowed() {
             return Ok(None);
         }
-        match self.0.lock.try_lock() {
-            Ok(guard) => Ok(Some(guard)),
-            Err(std::sync::TryLockError::Poisoned(p)) => Ok(Some(p.into_inner())),
-            Err(std::sync::TryLockError::WouldBlock) => Err(Error::runtime(format!(
-                "param '{name}' ({}) is in use by another program running now; programs sharing a buffer run one at a time",
+        let busy = || {
+            Error::runtime(format!(
+                "param '{name}' ({}) is in use by another program running now; a program that writes a buffer runs \
+                 alone on it",
                 fmt_type(self.0.dtype, &self.0.dims)
-            ))),
-        }
+            ))
+        };
+        // A panic while a guard was held leaves the bytes as they were: the lock stays usable.
+        Ok(Some(if write {
+            match self.0.lock.try_write() {
+                Ok(guard) => ParamGuard::Write { _guard: guard },
+                Err(TryLockError::Poisoned(p)) => ParamGuard::Write { _guard: p.into_inner() },
+                Err(TryLockError::WouldBlock) => return Err(busy()),
+            }
+        } else {
+            match self.0.lock.try_read() {
+                Ok(guard) => ParamGuard::Read { _guard: guard },
+                Err(TryLockError::Poisoned(p)) => ParamGuard::Read { _guard: p.into_inner() },
+                Err(TryLockError::WouldBlock) => return Err(busy()),
+            }
+        }))
     }
 
     /// Writes `t` (of the buffer's type) into an owned buffer.
@@ -233,7 +255,7 @@ impl ParamBuffer {
         if self.is_borrowed() {
             return Err(Error::input("a buffer borrowing outside bytes is read-only"));
         }
-        let _guard = self.lock("(host write)")?;
+        let _guard = self.lock("(host write)", true)?;
         // SAFETY: an owned buffer of `bytes` bytes; every writer holds its lock (taken
         // above).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.0.start.0, self.0.bytes) };
@@ -324,7 +346,7 @@ impl ParamBuffer {
 
     /// The tensor the buffer holds.
     pub fn read(&self) -> Result<HostTensor> {
-        let _guard = self.lock("(host read)")?;
+        let _guard = self.lock("(host read)", false)?;
         // SAFETY: `bytes` bytes from `start`, not written while the lock is held (borrowed
         // bytes are never written).
         let src = unsafe { std::slice::from_raw_parts(self.0.start.0, self.0.bytes) };

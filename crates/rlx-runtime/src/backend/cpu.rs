@@ -45,6 +45,10 @@ impl Executable for CpuProgram {
         CpuProgram::run_with(self, inputs, visit)
     }
 
+    fn as_cpu(&mut self) -> Option<&mut CpuProgram> {
+        Some(self)
+    }
+
     fn arena_bytes(&self) -> usize {
         CpuProgram::arena_bytes(self)
     }

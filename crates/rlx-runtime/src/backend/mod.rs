@@ -37,6 +37,11 @@ pub trait Executable: Send {
         visit(&outputs.iter().map(HostTensor::view).collect::<Vec<_>>());
         Ok(())
     }
+    /// The CPU program behind this executable, if it is one (programs of one worker pool
+    /// can run side by side: [`crate::CompiledGraph::run_side_by_side`]).
+    fn as_cpu(&mut self) -> Option<&mut rlx_cpu::CpuProgram> {
+        None
+    }
     /// Bytes of device memory the compiled graph holds for its tensors.
     fn arena_bytes(&self) -> usize;
     /// Bytes the params occupy as the width policy stores them.

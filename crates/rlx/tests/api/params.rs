@@ -183,6 +183,64 @@ fn programs_sharing_a_cache_run_one_at_a_time() {
     eprintln!("{busy} runs found the cache busy");
 }
 
+/// Programs that only read a param buffer run at once: two graphs on one owned weight,
+/// each stepping from its own thread, never find it busy (one that writes a buffer still
+/// runs alone on it, above). `run_side_by_side` gives each graph's results alone, for
+/// graphs sharing the weight and one apart, on a pool of 2 and of 1; an input error is
+/// its job's own.
+#[test]
+fn programs_reading_a_param_run_side_by_side() {
+    // Large enough not to run inline on the calling thread (each run ~0.1 ms).
+    let (m, k, n) = (96, 128, 160);
+    let mut g = Graph::new("product");
+    let x = g.input("x", DType::F32, &[m, k]).unwrap();
+    let w = g.param("w", DType::F32, &[k, n]).unwrap();
+    let y = g.matmul(x, w).unwrap();
+    g.set_outputs(&[y]).unwrap();
+    let mut rng = Rng::new(11);
+    let mut values = |len: usize| (0..len).map(|_| rng.uniform(-1.0, 1.0) as f32).collect::<Vec<f32>>();
+    let (w1, w2) = (values(k * n), values(k * n));
+    let xs: Vec<Vec<f32>> = (0..3).map(|_| values(m * k)).collect();
+    for threads in [2, 1] {
+        let compile =
+            || Session::new(Device::Cpu).unwrap().compile_with(&g, &CompileOptions::default().with_threads(threads));
+        let (mut a, mut b, mut c) = (compile().unwrap(), compile().unwrap(), compile().unwrap());
+        a.set_param("w", &w1).unwrap();
+        b.bind_param("w", &a.param_buffer("w").unwrap().unwrap()).unwrap();
+        c.set_param("w", &w2).unwrap();
+        let want: Vec<Vec<f32>> =
+            [&mut a, &mut b, &mut c].into_iter().zip(&xs).map(|(p, x)| p.run(&[("x", x)]).unwrap().remove(0)).collect();
+        let tensors: Vec<HostTensor> = xs.iter().map(|x| HostTensor::from_f32(&[m, k], x).unwrap()).collect();
+        let inputs: Vec<[(&str, &HostTensor); 1]> = tensors.iter().map(|t| [("x", t)]).collect();
+        let got = CompiledGraph::run_side_by_side(&mut [
+            (&mut a, &inputs[0][..]),
+            (&mut b, &inputs[1][..]),
+            (&mut c, &inputs[2][..]),
+        ]);
+        for (i, got) in got.into_iter().enumerate() {
+            assert_eq!(got.unwrap()[0].to_f32_vec(), want[i], "{threads} threads, job {i}");
+        }
+        let wrong = HostTensor::from_f32(&[k, m], &xs[1]).unwrap();
+        let got = CompiledGraph::run_side_by_side(&mut [(&mut a, &inputs[0][..]), (&mut b, &[("x", &wrong)][..])]);
+        assert_eq!(got[0].as_ref().unwrap()[0].to_f32_vec(), want[0]);
+        let e = got[1].as_ref().unwrap_err();
+        assert!(e.message().contains("'x'") && e.message().contains("f32[128,96]"), "{e}");
+        if threads == 1 {
+            continue;
+        }
+        let worker = |mut p: CompiledGraph, x: Vec<f32>, want: Vec<f32>| {
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    assert_eq!(p.run(&[("x", &x)]).unwrap()[0], want);
+                }
+            })
+        };
+        let (ha, hb) = (worker(a, xs[0].clone(), want[0].clone()), worker(b, xs[1].clone(), want[1].clone()));
+        ha.join().unwrap();
+        hb.join().unwrap();
+    }
+}
+
 #[test]
 fn a_cache_is_state_whatever_the_memory_options() {
     // In-place appends into a param are semantics, not an optimization: with buffer reuse

@@ -153,11 +153,20 @@ pub fn swiglu_dequant_into(
     check_operands(gate_plan, x, wg, gate)?;
     check_operands(up_plan, x, wu, out)?;
     let arm = arm.min(Arm::best());
-    let fused = up_plan.activations == ActivationQuant::Q8
-        && gate_plan.activations == ActivationQuant::Q8
+    let activations = up_plan.activations;
+    let (m, n) = (up_plan.m, up_plan.n);
+    // Both products on `q8_packed`, as `dequant_matmul_into` would run them apart: 8-bit
+    // rows, or 16-bit rows split in place (a prompt of up to SPLIT_ROWS tokens; the two
+    // weights' schemes alike, so one split serves both).
+    let fused = gate_plan.activations == activations
         && q8_packed::available(gate_plan.scheme, arm)
         && q8_packed::available(up_plan.scheme, arm)
-        && (gate_plan.m, gate_plan.k, gate_plan.n) == (up_plan.m, up_plan.k, up_plan.n);
+        && (gate_plan.m, gate_plan.k, gate_plan.n) == (m, up_plan.k, n)
+        && match activations {
+            ActivationQuant::Q8 => true,
+            ActivationQuant::Q16 => m <= SPLIT_ROWS && gate_plan.scheme == up_plan.scheme,
+            ActivationQuant::F32 => false,
+        };
     if !fused {
         // A few rows: the two products side by side, one worker each.
         if up_plan.m <= SIDE_BY_SIDE_ROWS && crate::threads::current() > 1 {
@@ -173,12 +182,13 @@ pub fn swiglu_dequant_into(
         });
         return Ok(());
     }
-    let (m, n) = (up_plan.m, up_plan.n);
     if m == 0 || n == 0 {
         return Ok(());
     }
     let gates = super::SharedOut::new(gate);
-    with_q8_rows(up_plan, arm, x, Layout::Natural, |rows| {
+    // Each column chunk's gate and up columns (`dot(weights, first group, outs)`), then
+    // their SwiGLU, on one worker.
+    let mut columns = |dot: &GroupsDot| {
         with_packed(gate_plan, wg, |gate_weights| {
             with_packed(up_plan, wu, |up_weights| {
                 par_column_chunks(up_plan, out, |j0, outs| {
@@ -187,17 +197,29 @@ pub fn swiglu_dequant_into(
                     // each row belong to this chunk alone, as in `out`.
                     let mut gate_rows: Vec<&mut [f32]> =
                         (0..m).map(|i| unsafe { std::slice::from_raw_parts_mut(gates.at(i * n + j0), len) }).collect();
-                    q8_packed::dot_groups(gate_weights, arm, j0 / q8_packed::ROWS, rows, &mut gate_rows);
-                    q8_packed::dot_groups(up_weights, arm, j0 / q8_packed::ROWS, rows, outs);
+                    dot(gate_weights, j0 / q8_packed::ROWS, &mut gate_rows);
+                    dot(up_weights, j0 / q8_packed::ROWS, outs);
                     for (g, o) in gate_rows.iter().zip(outs.iter_mut()) {
                         super::rows::swiglu_inplace(arm, g, o);
                     }
                 })
             })
         })
-    });
+    };
+    if activations == ActivationQuant::Q16 {
+        with_q16_rows(up_plan, arm, x, true, |_, rows| {
+            columns(&|weights, g0, outs| q8_packed::dot_groups_q16(weights, arm, g0, rows, outs))
+        });
+    } else {
+        with_q8_rows(up_plan, arm, x, Layout::Natural, |rows| {
+            columns(&|weights, g0, outs| q8_packed::dot_groups(weights, arm, g0, rows, outs))
+        });
+    }
     Ok(())
 }
+
+/// `dot(weights, first group, outs)`: the columns of `outs` from the weight's groups on.
+type GroupsDot<'a> = dyn Fn(&Packed, usize, &mut [&mut [f32]]) + Sync + 'a;
 
 /// `x`, `w` and `out` have the sizes of `p`'s product, and its activations can be
 /// quantized.
@@ -500,13 +522,37 @@ fn q16_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32
 }
 
 /// [`q16_matmul`] through [`quant_gemm`]: the rows quantized, with the sums of their
-/// quants per weight group.
+/// quants per weight group; up to [`SPLIT_ROWS`] of them dotted with the repacked weight
+/// in place.
 fn q16_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
+    let split = p.m <= SPLIT_ROWS && q8_packed::available(p.scheme, arm);
+    with_q16_rows(p, arm, x, split, |acts, rows| {
+        if split {
+            return with_packed(p, w, |weights| {
+                par_column_chunks(p, out, |j0, outs| {
+                    q8_packed::dot_groups_q16(weights, arm, j0 / q8_packed::ROWS, rows, outs)
+                })
+            });
+        }
+        let packed = p.packed.as_deref().filter(|_| q8_packed::available(p.scheme, arm));
+        quant_gemm::gemm(arm, p.scheme, &acts, (w, packed), p.n, p.threads, out);
+    })
+}
+
+/// `f` of `x`'s `m` rows quantized to 16 bits (in this thread's scratch) as
+/// [`quant_gemm::Acts`], and with `split`, also split into bytes for `p.scheme`'s
+/// [`q8_packed::dot_groups_q16`] (no rows otherwise).
+fn with_q16_rows<R>(
+    p: &QuantMatMulPlan,
+    arm: Arm,
+    x: &[f32],
+    split: bool,
+    f: impl FnOnce(quant_gemm::Acts, &[q8_packed::Q16Row]) -> R,
+) -> R {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
     let group = quant_gemm::group_size(p.scheme).unwrap_or(Q8_BLOCK);
     let groups = k / group;
-    let split = m <= SPLIT_ROWS && q8_packed::available(p.scheme, arm);
     // Scratch: m * nb scales, m * nb sums, m * groups group terms, m * k values, and for
     // `split` their m * k high and m * k low bytes.
     let values = (m * k).div_ceil(2);
@@ -551,15 +597,9 @@ fn q16_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32])
                     ds: &ds[i * nb..][..nb],
                 })
                 .collect();
-            return with_packed(p, w, |weights| {
-                par_column_chunks(p, out, |j0, outs| {
-                    q8_packed::dot_groups_q16(weights, arm, j0 / q8_packed::ROWS, &rows, outs)
-                })
-            });
+            return f(quant_gemm::Acts { m, k, q, d, ds }, &rows);
         }
-        let acts = quant_gemm::Acts { m, k, q, d, ds };
-        let packed = p.packed.as_deref().filter(|_| q8_packed::available(p.scheme, arm));
-        quant_gemm::gemm(arm, p.scheme, &acts, (w, packed), p.n, p.threads, out);
+        f(quant_gemm::Acts { m, k, q, d, ds }, &[])
     })
 }
 
