@@ -460,3 +460,53 @@ fn quantized_swiglu_fuses_with_the_same_bits() {
         }
     }
 }
+
+/// `act(x @ w + b)` fuses into one kernel that adds the bias and applies the activation
+/// to each row segment as the product's task that wrote it finishes (a packed weight) and
+/// gives the bits of the three ops apart: 1 to 33 rows (several register tiles), widths
+/// of one panel, several, and a partial last one, with and without each activation, 1
+/// and 2 threads.
+#[test]
+fn matmul_bias_activation_fuses_with_the_same_bits() {
+    let mut rng = Rng::new(91);
+    // The last one large enough for the product to split across threads.
+    for (k, n) in [(40, 32), (96, 70), (33, 200), (512, 100)] {
+        let w: Vec<f32> = (0..k * n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let bias: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        for m in [1, 5, 17, 33] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+            for act in [None, Some(Unary::Gelu), Some(Unary::Relu), Some(Unary::Tanh)] {
+                let run = |fusion: bool, threads: usize| {
+                    let mut g = Graph::new("matmul_bias");
+                    let xi = g.input("x", DType::F32, &[m, k]).unwrap();
+                    let wi = g.param("w", DType::F32, &[k, n]).unwrap();
+                    let bi = g.param("b", DType::F32, &[n]).unwrap();
+                    let y = g.matmul(xi, wi).unwrap();
+                    let mut y = g.add(y, bi).unwrap();
+                    if let Some(u) = act {
+                        y = g.unary(u, y).unwrap();
+                    }
+                    g.set_outputs(&[y]).unwrap();
+                    let options = CompileOptions::default().with_threads(threads).with_fusion(fusion);
+                    let plan = rlx::compile::compile(&g, &rlx::compile::Target::CPU, &options).unwrap();
+                    let fused =
+                        plan.schedule.steps.iter().any(|s| matches!(s.kernel, rlx::compile::Kernel::MatMulBias { .. }));
+                    assert_eq!(
+                        fused,
+                        fusion,
+                        "{:?}",
+                        plan.schedule.steps.iter().map(|s| &s.kernel).collect::<Vec<_>>()
+                    );
+                    let mut c = Session::new(Device::Cpu).unwrap().compile_with(&g, &options).unwrap();
+                    c.set_param("w", &w).unwrap();
+                    c.set_param("b", &bias).unwrap();
+                    c.run(&[("x", &x)]).unwrap()[0].iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                };
+                let want = run(false, 1);
+                for threads in [1, 2] {
+                    assert!(run(true, threads) == want, "{m} x {k} x {n}, {act:?}, {threads} threads: fused differs");
+                }
+            }
+        }
+    }
+}

@@ -16,7 +16,7 @@
 //! result is bit-identical for every thread count.
 
 use super::half_gemm::{self, Operand, Product, Tiles};
-use super::packed_gemm::{self, Avx512Tile, Panels};
+use super::packed_gemm::{self, Avx512Tile, Epilogue, Panels};
 use super::rows::{LANES as DOT_LANES, fold_lanes};
 use crate::arena::{Args, Out, out_mut};
 use crate::buffer::{Class, Num};
@@ -155,7 +155,7 @@ impl MatMulPlan {
 
 pub fn matmul(plan: &MatMulPlan, class: Class, ins: &Args, out: &mut Out) -> Result<()> {
     if plan.half.is_some() || !plan.packed.is_empty() {
-        return product_into(plan, ins, (0, 1), out_mut(out)?);
+        return product_into(plan, ins, (0, 1), out_mut(out)?, None);
     }
     match class {
         Class::F32 => gemm_batched::<f32>(plan, ins.get(0)?, ins.get(1)?, out_mut(out)?),
@@ -179,11 +179,29 @@ fn operand<'a>(ins: &Args<'a>, i: usize) -> Result<Operand<'a>> {
     })
 }
 
-/// The f32 product of `plan` of operands `ins[a] @ ins[b]` into `out` (f32 words): the
-/// matmul kernel, and the fused kernels that work on `out` afterwards.
-pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: &mut [f32]) -> Result<()> {
+/// The f32 product of `plan` of operands `ins[a] @ ins[b]` into `out` (f32 words), then
+/// `epilogue` on every row's columns (by each task of a packed product on what it wrote,
+/// else over the output after): the matmul kernel, and the fused kernels that work on
+/// `out` afterwards.
+pub fn product_into(
+    plan: &MatMulPlan,
+    ins: &Args,
+    (a, b): (usize, usize),
+    out: &mut [f32],
+    epilogue: Option<&Epilogue>,
+) -> Result<()> {
     let MatMulPlan { m, k, n, .. } = *plan;
     let (sa, sb) = (plan.a_strides, plan.b_strides);
+    if let (None, Some(panels)) = (plan.half, plan.packed_operand(b)) {
+        let a: &[f32] = ins.get(a)?;
+        if panels.dims() != (k, n) {
+            return Err(Error::internal("packed weight of another shape"));
+        }
+        return for_each_product(plan, (a.len(), k * n), out, |oa, _, c, threads| {
+            let tile = (Arm::best(), Avx512Tile::for_this_cpu());
+            packed_gemm::gemm_then(tile, m, (&a[oa..], sa), panels, (c, n), threads, epilogue)
+        });
+    }
     match plan.half {
         Some(dtype) => {
             let tiles = plan.tiles_operand(b);
@@ -193,19 +211,12 @@ pub fn product_into(plan: &MatMulPlan, ins: &Args, (a, b): (usize, usize), out: 
                 half_gemm::gemm(dtype, p, tiles, c, n, threads)
             })
         }
-        None => match plan.packed_operand(b) {
-            Some(panels) => {
-                let a: &[f32] = ins.get(a)?;
-                if panels.dims() != (k, n) {
-                    return Err(Error::internal("packed weight of another shape"));
-                }
-                for_each_product(plan, (a.len(), k * n), out, |oa, _, c, threads| {
-                    packed_gemm::gemm((Arm::best(), Avx512Tile::for_this_cpu()), m, &a[oa..], sa, panels, c, n, threads)
-                })
-            }
-            None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),
-        },
+        None => gemm_batched::<f32>(plan, ins.get(a)?, ins.get(b)?, out),
+    }?;
+    if let Some(epilogue) = epilogue {
+        crate::threads::par_rows_mut(out, n, |rows| rows.chunks_exact_mut(n.max(1)).for_each(|row| epilogue(0, row)));
     }
+    Ok(())
 }
 
 /// Sets operand `b`'s entry of a per-operand list.
