@@ -598,11 +598,11 @@ impl Llama {
                 self.prepare_decode()?;
                 self.decode.take().expect("compiled by prepare_decode")
             }
-            StepKind::Sequence { first, hidden } => {
+            StepKind::Sequence { first } => {
                 if first >= n {
                     return Err(Error::input(format!("outputs from index {first} of {n} tokens")));
                 }
-                self.take_sequence((StepShape::Sequence { n, first, hidden }, 0))?
+                self.take_sequence((StepShape::Sequence { n, first, hidden: false }, 0))?
             }
         };
         let run =
@@ -664,7 +664,8 @@ impl Llama {
         side_by_side_groups(pieces, workers).into_iter().flat_map(|group| self.run_together(&pieces[group])).collect()
     }
 
-    /// [`Llama::run_slots`] of pieces of distinct slots, all at once.
+    /// [`Llama::run_slots`] of pieces of distinct slots, all at once (one piece:
+    /// [`Llama::prefill_slot`], [`Llama::hidden_slot`]).
     fn run_together(&mut self, pieces: &[SlotPiece]) -> Vec<Result<Vec<f32>>> {
         let shape = |p: &SlotPiece| {
             let n = p.tokens.len();
@@ -798,7 +799,7 @@ impl Llama {
     /// Runs a prompt as one batch after what the cache holds; returns the logits of its
     /// last token.
     pub fn prefill(&mut self, tokens: &[TokenId]) -> Result<Vec<f32>> {
-        self.step(tokens, StepKind::Sequence { first: tokens.len().saturating_sub(1), hidden: false })
+        self.step(tokens, StepKind::Sequence { first: tokens.len().saturating_sub(1) })
     }
 
     /// Runs one token; returns the logits that follow it.
@@ -810,7 +811,7 @@ impl Llama {
     /// logits after each token from index `first` on, row by row (`(tokens.len() - first)
     /// * vocab` values).
     pub fn score(&mut self, tokens: &[TokenId], first: usize) -> Result<Vec<f32>> {
-        self.step(tokens, StepKind::Sequence { first, hidden: false })
+        self.step(tokens, StepKind::Sequence { first })
     }
 
     /// Makes room for `count` sequences at once (at least 1): each slot is a KV cache of
@@ -848,8 +849,7 @@ impl Llama {
     /// Runs `tokens` (a prompt, or a chunk of one) of the sequence in `slot` after the
     /// first `pos` rows of its cache; returns the logits of the last token.
     pub fn prefill_slot(&mut self, slot: usize, pos: usize, tokens: &[TokenId]) -> Result<Vec<f32>> {
-        let first = tokens.len().saturating_sub(1);
-        self.run_sequence(slot, pos, tokens, StepKind::Sequence { first, hidden: false })
+        self.run_together(&[SlotPiece { slot, pos, tokens, hidden: false }]).remove(0)
     }
 
     /// Of `common` leading tokens a new prompt shares with the prompt whose prefill wrote a
@@ -870,7 +870,7 @@ impl Llama {
     /// after the final norm (`tokens.len() * d_model` values, token after token): the
     /// vectors the output head turns into logits, which embeddings pool.
     pub fn hidden_slot(&mut self, slot: usize, pos: usize, tokens: &[TokenId]) -> Result<Vec<f32>> {
-        self.run_sequence(slot, pos, tokens, StepKind::Sequence { first: 0, hidden: true })
+        self.run_together(&[SlotPiece { slot, pos, tokens, hidden: true }]).remove(0)
     }
 
     /// One decode step for several sequences at once, through the batched graph of
@@ -1130,8 +1130,9 @@ fn slot_caches(c: &LlamaConfig, context: usize, cache_type: DType) -> Result<Vec
 enum StepKind {
     /// The one-token graph with the decode activations.
     Decode,
-    /// The n-token graph with the prompt activations and its outputs from `first` on.
-    Sequence { first: usize, hidden: bool },
+    /// The n-token graph with the prompt activations and its logits from `first` on
+    /// (slot 0's prompts and scoring; other slots' pieces go through `run_together`).
+    Sequence { first: usize },
 }
 
 /// A piece of one slot's prompt for [`Llama::run_slots`].

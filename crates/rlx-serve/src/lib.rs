@@ -95,7 +95,7 @@ struct App {
 }
 
 /// Batch sizes compiled before the server listens; larger ones compile when a batch
-/// first grows to them. A batch graph has ~13 nodes per row and layer (its own cache
+/// first grows to them. A batch graph has ~14 nodes per row and layer (its own cache
 /// append and attention), so each size costs time and memory in proportion to its rows
 /// (SmolLM2, 2 cores: 8 rows 25 ms and ~6 MiB, 16 rows 47 ms and ~11 MiB, 64 rows 0.33 s
 /// and ~40 MiB): every size up to 64 would take 11.5 s and over 1 GiB before the first
