@@ -6,8 +6,9 @@ use rayon::ThreadPool;
 use rlx_ir::{Error, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 thread_local! {
     /// Set while a program runs on its caller's thread ([`inline`]).
@@ -35,34 +36,88 @@ fn with_flag<R>(flag: &'static std::thread::LocalKey<Cell<bool>>, f: impl FnOnce
 /// A decode step is ~2000 short kernels; waking a sleeping worker for each split cost
 /// 10-25 us here, as much as an 8-row product of one layer takes on one thread (AMD EPYC).
 ///
+/// The other workers keep polling for [`LINGER`] after the pool's last run ends, so the
+/// next run (a decode step after its tokens are sampled, a caller's loop) starts on an
+/// awake worker instead of waking one: 64K-element exp on 2 threads, called after a
+/// 200 us gap, 65-191 -> 42-49 us a run (Intel Xeon, model 207). The worker that ran `f`
+/// does not linger: the calling thread (not a worker) has its core for its own work
+/// between runs; with every worker polling, `rlx bench serve --clients 1` read 257-320
+/// tok/s against 310-317 with one fewer.
+///
 /// A keep-awake loop runs only on a worker that is neither running a program nor keeping
-/// itself awake already, and ends when `f` does: a program's thread never waits on one,
-/// so runs sharing a pool cannot wait on each other.
+/// itself awake already, and ends once no run of its pool is in progress and the linger
+/// is over: a program's thread never waits on one, so runs sharing a pool cannot wait on
+/// each other.
 pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
-    let others = rayon::current_num_threads().saturating_sub(1);
-    if others == 0 || INLINE.get() || rayon::current_thread_index().is_none() {
+    let workers = rayon::current_num_threads();
+    if workers < 2 || INLINE.get() || rayon::current_thread_index().is_none() {
         return f();
     }
-    let done = AtomicBool::new(false);
-    rayon::in_place_scope(|s| {
-        for _ in 0..others {
-            s.spawn(|_| {
-                if BUSY.get() {
-                    return;
-                }
-                with_flag(&BUSY, || {
-                    while !done.load(Ordering::Acquire) {
-                        if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                            std::thread::yield_now();
-                        }
-                    }
-                })
-            });
+    let state = Awake::of_pool(workers);
+    state.runs.fetch_add(1, Ordering::AcqRel);
+    struct Ended(&'static Awake);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            self.0.until_us.fetch_max(Awake::now_us() + LINGER.as_micros() as u64, Ordering::AcqRel);
+            self.0.runs.fetch_sub(1, Ordering::AcqRel);
         }
-        let result = with_flag(&BUSY, f);
-        done.store(true, Ordering::Release);
-        result
-    })
+    }
+    let ended = Ended(state);
+    for _ in 1..workers {
+        rayon::spawn(move || state.keep_awake());
+    }
+    let result = with_flag(&BUSY, f);
+    drop(ended);
+    result
+}
+
+/// How long a pool's workers keep polling for work after its last run ends.
+/// onnxruntime's workers spin ~50 ms after a run here, OpenMP runtimes 200 ms by default;
+/// 1 ms covers a caller's gap between runs (an 8-row decode step's sampling) and burns
+/// little once it stops calling.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A pool's runs in progress and the end of its linger ([`with_workers_awake`]).
+struct Awake {
+    runs: AtomicUsize,
+    /// Microseconds after [`Awake::now_us`]'s epoch.
+    until_us: AtomicU64,
+}
+
+impl Awake {
+    /// The state of the pools of `workers` threads (`pool` keeps one per size; a pool of
+    /// the same size built elsewhere shares it, which only keeps both awake together).
+    fn of_pool(workers: usize) -> &'static Awake {
+        static STATES: OnceLock<Mutex<HashMap<usize, &'static Awake>>> = OnceLock::new();
+        let mut states = STATES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        states
+            .entry(workers)
+            .or_insert_with(|| Box::leak(Box::new(Awake { runs: AtomicUsize::new(0), until_us: AtomicU64::new(0) })))
+    }
+
+    fn now_us() -> u64 {
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+    }
+
+    /// Polls for rayon work on this worker until no run is in progress and the linger is
+    /// over (at once when this worker runs a program or keeps awake already).
+    fn keep_awake(&self) {
+        if BUSY.get() {
+            return;
+        }
+        with_flag(&BUSY, || {
+            loop {
+                if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                    continue;
+                }
+                if self.runs.load(Ordering::Acquire) == 0 && Self::now_us() >= self.until_us.load(Ordering::Acquire) {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        })
+    }
 }
 
 /// Workers the running kernel may split its work across: its pool's, or 1 while a
