@@ -11,17 +11,17 @@ fn cpu_seconds() -> f64 {
     // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
     let fields: Vec<&str> = stat[stat.rfind(')').expect("a command name") + 2..].split(' ').collect();
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks as f64 / unsafe { libc_sysconf_clk_tck() }
+    ticks as f64 / clock_ticks_per_second()
 }
 
+/// `sysconf(_SC_CLK_TCK)`: the unit of /proc's CPU times.
 #[cfg(target_os = "linux")]
-unsafe fn libc_sysconf_clk_tck() -> f64 {
+fn clock_ticks_per_second() -> f64 {
     unsafe extern "C" {
         fn sysconf(name: i32) -> i64;
     }
     const SC_CLK_TCK: i32 = 2;
-    // SAFETY: sysconf reads a constant of the system.
+    // SAFETY: sysconf has no preconditions; it reads a constant of the system.
     (unsafe { sysconf(SC_CLK_TCK) }) as f64
 }
 

@@ -393,7 +393,7 @@ pub(super) mod x86 {
                         let q = acts[i].q.as_ptr().add(b * 32);
                         // Integer sums, so the chains' split changes nothing: one chain
                         // with 4 or more activation rows (their chains interleave), two of
-                        // 4 with fewer. One chain for 8 rows, in one process, best of 4
+                        // 4 steps each with fewer. One chain for 8 rows, in one process, best of 4
                         // (Intel Xeon, model 207): SmolLM2's Q8_0 head (49152 x 576) 1790
                         // -> 1582 us on 1 thread, 903 -> 801 on 2; a 576 x 1536 Q4_1
                         // 44.6 -> 43.8 and 27.6 -> 26.0 us. (The 16-bit kernel below lost
