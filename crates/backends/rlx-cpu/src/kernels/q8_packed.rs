@@ -35,18 +35,19 @@ pub const ROWS: usize = 16;
 /// -> 463-523 tok/s (AMD EPYC); 24 of the 32 vector registers.
 const PASS: usize = 8;
 
-/// `$kernel::<A>(args)` with `A` = `$rows` (1 to 8: the activation rows of a pass).
+/// `$kernel::<A>(args)` with `A` = `$rows` (1 to 8: the activation rows of a pass); with
+/// `[P,]` before the arguments, `$kernel::<P, A>(args)`.
 macro_rules! by_rows {
-    ($($kernel:ident)::+($($arg:expr),*), $rows:expr) => {
+    ($($kernel:ident)::+ $([$($first:tt)*])? ($($arg:expr),*), $rows:expr) => {
         match $rows {
-            8 => $($kernel)::+::<8>($($arg),*),
-            7 => $($kernel)::+::<7>($($arg),*),
-            6 => $($kernel)::+::<6>($($arg),*),
-            5 => $($kernel)::+::<5>($($arg),*),
-            4 => $($kernel)::+::<4>($($arg),*),
-            3 => $($kernel)::+::<3>($($arg),*),
-            2 => $($kernel)::+::<2>($($arg),*),
-            _ => $($kernel)::+::<1>($($arg),*),
+            8 => $($kernel)::+::<$($($first)*)? 8>($($arg),*),
+            7 => $($kernel)::+::<$($($first)*)? 7>($($arg),*),
+            6 => $($kernel)::+::<$($($first)*)? 6>($($arg),*),
+            5 => $($kernel)::+::<$($($first)*)? 5>($($arg),*),
+            4 => $($kernel)::+::<$($($first)*)? 4>($($arg),*),
+            3 => $($kernel)::+::<$($($first)*)? 3>($($arg),*),
+            2 => $($kernel)::+::<$($($first)*)? 2>($($arg),*),
+            _ => $($kernel)::+::<$($($first)*)? 1>($($arg),*),
         }
     };
 }
@@ -244,7 +245,13 @@ pub(super) fn dot_groups_q16(p: &Packed, arm: Arm, g0: usize, acts: &[Q16Row], o
     for (acts, out) in acts.chunks(Q16_PASS).zip(out.chunks_mut(Q16_PASS)) {
         // SAFETY: as in `dot_groups`; every activation row holds k bytes of each half and
         // nb scales and sums.
-        unsafe { by_rows!(x86::groups_q16_avx512(p, g0, acts, out), acts.len()) }
+        unsafe {
+            if p.scheme == QuantScheme::Q8_0 {
+                by_rows!(x86::groups_q16_avx512[true,](p, g0, acts, out), acts.len())
+            } else {
+                by_rows!(x86::groups_q16_avx512[false,](p, g0, acts, out), acts.len())
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (g0, acts, out, nb);
@@ -419,7 +426,7 @@ pub(super) mod x86 {
     /// # Safety
     /// As `dot_groups_q16` checks; the host has AVX-512 F/BW/VL/DQ, VNNI and F16C.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn groups_q16_avx512<const A: usize>(
+    pub unsafe fn groups_q16_avx512<const BIASED: bool, const A: usize>(
         p: &Packed,
         g0: usize,
         acts: &[super::Q16Row],
@@ -430,7 +437,12 @@ pub(super) mod x86 {
         let nb = p.k / 32;
         let bb = block_bytes(p.scheme);
         let cols = out[0].len();
-        let biased = p.scheme == QuantScheme::Q8_0;
+        // Q8_0 as a constant: no branch and no zero `restore` added per (row, block) for
+        // the other schemes. Q4_1 576 x 1536 and 1536 x 576, 10 and 32 rows, 1 thread, in
+        // one process, best of 4 (Intel Xeon, model 207): 2.7-3.4% faster than testing
+        // the scheme at run time (10 rows 110.8 -> 107.5 us, 32 rows 343.7 -> 332.4).
+        let biased = BIASED;
+        debug_assert_eq!(biased, p.scheme == QuantScheme::Q8_0);
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
             let ones = _mm512_set1_epi8(1);
