@@ -53,6 +53,49 @@ macro_rules! by_rows {
 }
 pub(super) use by_rows;
 
+/// The packable schemes as const parameters of the kernels, so that a kernel's per-block
+/// tests of its scheme (unpacking, offsets, Q8_0's bias) fold away. In one process, best
+/// of 4, 1 thread (Intel Xeon, model 207), against the scheme tested at run time: 8-bit
+/// rows, Q4_1 576 x 1536, 1 row 11.9 -> 10.1 us, 8 rows 42.9 -> 42.5; SmolLM2's Q8_0 head
+/// (49152 x 576), 8 rows 1604 -> 1443 us; 16-bit rows (Q8_0 alone a constant), Q4_1 10
+/// and 32 rows 2.7-3.4% faster (110.8 -> 107.5 us, 343.7 -> 332.4).
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q8_0: u8 = 3;
+
+/// `scheme`'s const parameter (one of the packable schemes: [`available`]).
+fn scheme_id(scheme: QuantScheme) -> u8 {
+    match scheme {
+        QuantScheme::Q4_0 => Q4_0,
+        QuantScheme::Q4_1 => Q4_1,
+        QuantScheme::Q5_0 => Q5_0,
+        _ => Q8_0,
+    }
+}
+
+/// The scheme of const parameter `id`.
+const fn scheme_of(id: u8) -> QuantScheme {
+    match id {
+        Q4_0 => QuantScheme::Q4_0,
+        Q4_1 => QuantScheme::Q4_1,
+        Q5_0 => QuantScheme::Q5_0,
+        _ => QuantScheme::Q8_0,
+    }
+}
+
+/// `$kernel::<S, A>(args)` with `S` the const parameter of `$scheme` and `A` = `$rows`.
+macro_rules! by_scheme_rows {
+    ($($kernel:ident)::+($($arg:expr),*), $scheme:expr, $rows:expr) => {
+        match scheme_id($scheme) {
+            Q4_0 => by_rows!($($kernel)::+[Q4_0,]($($arg),*), $rows),
+            Q4_1 => by_rows!($($kernel)::+[Q4_1,]($($arg),*), $rows),
+            Q5_0 => by_rows!($($kernel)::+[Q5_0,]($($arg),*), $rows),
+            _ => by_rows!($($kernel)::+[Q8_0,]($($arg),*), $rows),
+        }
+    };
+}
+
 /// Whether [`Packed`] products run `scheme` on `arm` on this host.
 pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
     let f = features();
@@ -200,7 +243,7 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
         // SAFETY: the features were checked; every group read lies in `p.bytes` (groups
         // g0.. cover rows 16 g0..16 g0 + cols <= n); every activation row holds k values
         // and nb scales and sums; stores stay within `cols` values of each `out` row.
-        unsafe { by_rows!(x86::groups_avx512(p, g0, acts, out), acts.len()) }
+        unsafe { by_scheme_rows!(x86::groups_avx512(p, g0, acts, out), p.scheme, acts.len()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (g0, acts, out, nb);
@@ -245,13 +288,7 @@ pub(super) fn dot_groups_q16(p: &Packed, arm: Arm, g0: usize, acts: &[Q16Row], o
     for (acts, out) in acts.chunks(Q16_PASS).zip(out.chunks_mut(Q16_PASS)) {
         // SAFETY: as in `dot_groups`; every activation row holds k bytes of each half and
         // nb scales and sums.
-        unsafe {
-            if p.scheme == QuantScheme::Q8_0 {
-                by_rows!(x86::groups_q16_avx512[true,](p, g0, acts, out), acts.len())
-            } else {
-                by_rows!(x86::groups_q16_avx512[false,](p, g0, acts, out), acts.len())
-            }
-        }
+        unsafe { by_scheme_rows!(x86::groups_q16_avx512(p, g0, acts, out), p.scheme, acts.len()) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (g0, acts, out, nb);
@@ -380,13 +417,20 @@ pub(super) mod x86 {
     /// # Safety
     /// As `dot_groups` checks; the host has AVX-512 F/BW/VL/DQ, VNNI and F16C.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn groups_avx512<const A: usize>(p: &Packed, g0: usize, acts: &[Q8Row], out: &mut [&mut [f32]]) {
+    pub unsafe fn groups_avx512<const S: u8, const A: usize>(
+        p: &Packed,
+        g0: usize,
+        acts: &[Q8Row],
+        out: &mut [&mut [f32]],
+    ) {
         // As an array: no bounds check per row, whose branches had left one row's
         // broadcasts going through general registers (1 thread, 8 rows x 20000 x 576
         // Q4_1: 163 -> 166 G products/s, AMD EPYC).
         let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
+        let scheme = super::scheme_of(S);
+        debug_assert_eq!(scheme, p.scheme);
         let nb = p.k / 32;
-        let bb = block_bytes(p.scheme);
+        let bb = block_bytes(scheme);
         let cols = out[0].len();
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
@@ -395,7 +439,7 @@ pub(super) mod x86 {
                 let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
                 for b in 0..nb {
                     let at = group.add(b * bb);
-                    let (steps, sw, ow) = block(p.scheme, at);
+                    let (steps, sw, ow) = block(scheme, at);
                     for i in 0..A {
                         let q = acts[i].q.as_ptr().add(b * 32);
                         // Integer sums, so the chains' split changes nothing: one chain
@@ -426,7 +470,7 @@ pub(super) mod x86 {
     /// # Safety
     /// As `dot_groups_q16` checks; the host has AVX-512 F/BW/VL/DQ, VNNI and F16C.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn groups_q16_avx512<const BIASED: bool, const A: usize>(
+    pub unsafe fn groups_q16_avx512<const S: u8, const A: usize>(
         p: &Packed,
         g0: usize,
         acts: &[super::Q16Row],
@@ -434,15 +478,12 @@ pub(super) mod x86 {
     ) {
         // As an array: no bounds check per row (see `groups_avx512`).
         let acts: &[super::Q16Row; A] = acts[..A].try_into().expect("A activation rows");
+        let scheme = super::scheme_of(S);
+        debug_assert_eq!(scheme, p.scheme);
         let nb = p.k / 32;
-        let bb = block_bytes(p.scheme);
+        let bb = block_bytes(scheme);
         let cols = out[0].len();
-        // Q8_0 as a constant: no branch and no zero `restore` added per (row, block) for
-        // the other schemes. Q4_1 576 x 1536 and 1536 x 576, 10 and 32 rows, 1 thread, in
-        // one process, best of 4 (Intel Xeon, model 207): 2.7-3.4% faster than testing
-        // the scheme at run time (10 rows 110.8 -> 107.5 us, 32 rows 343.7 -> 332.4).
-        let biased = BIASED;
-        debug_assert_eq!(biased, p.scheme == QuantScheme::Q8_0);
+        let biased = scheme == QuantScheme::Q8_0;
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
             let ones = _mm512_set1_epi8(1);
@@ -451,7 +492,7 @@ pub(super) mod x86 {
                 let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
                 for b in 0..nb {
                     let at = group.add(b * bb);
-                    let (steps, sw, ow) = block(p.scheme, at);
+                    let (steps, sw, ow) = block(scheme, at);
                     // Q8_0: 128 x each row's block sum, what the biased `lo` takes off.
                     let mut restore = _mm512_setzero_si512();
                     if biased {
