@@ -582,16 +582,10 @@ impl Llama {
         HostTensor::from_f32(&[1, tokens.len(), h], &x)
     }
 
-    /// Runs `tokens` after what slot 0's cache holds through the graph `kind` names.
+    /// Runs `tokens` after what slot 0's cache holds through the graph `kind` names (other
+    /// slots' pieces go through `run_together`).
     fn step(&mut self, tokens: &[TokenId], kind: StepKind) -> Result<Vec<f32>> {
-        let logits = self.run_sequence(0, self.pos, tokens, kind)?;
-        self.pos += tokens.len();
-        Ok(logits)
-    }
-
-    /// Runs `tokens` of the sequence in `slot` after the first `pos` rows of its cache.
-    fn run_sequence(&mut self, slot: usize, pos: usize, tokens: &[TokenId], kind: StepKind) -> Result<Vec<f32>> {
-        let (x, pos) = self.sequence_inputs(slot, pos, tokens)?;
+        let (x, pos) = self.sequence_inputs(0, self.pos, tokens)?;
         let n = tokens.len();
         let mut step = match kind {
             StepKind::Decode => {
@@ -605,13 +599,14 @@ impl Llama {
                 self.take_sequence((StepShape::Sequence { n, first, hidden: false }, 0))?
             }
         };
-        let run =
-            self.bind_slots(&mut step, &[slot]).and_then(|()| step.compiled.run_typed(&[("x", &x), ("pos", &pos)]));
+        let run = self.bind_slots(&mut step, &[0]).and_then(|()| step.compiled.run_typed(&[("x", &x), ("pos", &pos)]));
         match kind {
             StepKind::Decode => self.decode = Some(step),
             StepKind::Sequence { .. } => self.keep_sequence(step, 0),
         }
-        Ok(run?.remove(0).to_f32_vec())
+        let logits = run?.remove(0).to_f32_vec();
+        self.pos += n;
+        Ok(logits)
     }
 
     /// The inputs of `tokens` run after the first `pos` rows of `slot`'s cache: their

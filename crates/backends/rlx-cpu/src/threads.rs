@@ -53,7 +53,7 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
     if workers < 2 || INLINE.get() || rayon::current_thread_index().is_none() {
         return f();
     }
-    let state = Awake::of_pool(workers);
+    let state = Awake::of_this_pool(workers);
     state.runs.fetch_add(1, Ordering::AcqRel);
     struct Ended(&'static Awake);
     impl Drop for Ended {
@@ -85,14 +85,24 @@ struct Awake {
 }
 
 impl Awake {
-    /// The state of the pools of `workers` threads (`pool` keeps one per size; a pool of
-    /// the same size built elsewhere shares it, which only keeps both awake together).
-    fn of_pool(workers: usize) -> &'static Awake {
+    /// The state of the current worker's pool, of `workers` threads: that of every pool of
+    /// its size (`pool` keeps one per size; a pool of the same size built elsewhere shares
+    /// it, which only keeps both awake together). Looked up once per worker (a worker
+    /// stays in its pool), not under a lock on every run.
+    fn of_this_pool(workers: usize) -> &'static Awake {
+        thread_local! {
+            static MINE: Cell<Option<&'static Awake>> = const { Cell::new(None) };
+        }
+        if let Some(state) = MINE.get() {
+            return state;
+        }
         static STATES: OnceLock<Mutex<HashMap<usize, &'static Awake>>> = OnceLock::new();
         let mut states = STATES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-        states
+        let state = *states
             .entry(workers)
-            .or_insert_with(|| Box::leak(Box::new(Awake { runs: AtomicUsize::new(0), until_us: AtomicU64::new(0) })))
+            .or_insert_with(|| Box::leak(Box::new(Awake { runs: AtomicUsize::new(0), until_us: AtomicU64::new(0) })));
+        MINE.set(Some(state));
+        state
     }
 
     fn now_us() -> u64 {
