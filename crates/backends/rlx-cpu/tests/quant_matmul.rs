@@ -100,7 +100,7 @@ fn every_scheme_matches_the_f64_oracle() {
     for (i, s) in QuantScheme::ALL.into_iter().enumerate() {
         let bs = s.block_size().max(32);
         // Odd block counts exercise the pair kernels' tails; m <= 8 is the GEMV, m = 9 the
-        // direct tile product on AVX-512 and the tiled GEMM on the other arms (or, with
+        // direct tile product on AVX2 and AVX-512 and the tiled GEMM on the portable arm (or, with
         // q8, that many quantized rows).
         for (m, blocks, n) in [(1, 1, 1), (1, 3, 17), (5, 2, 3), (2, 19, 9), (9, 3, 5)] {
             let k = blocks * bs;
@@ -486,6 +486,55 @@ fn one_f32_row_has_the_same_bits_on_every_arm() {
             for arm in Arm::available() {
                 assert!(run(arm) == portable, "{} k {k} n {n}: {} differs from portable", s.name(), arm.name());
             }
+        }
+    }
+}
+
+/// The direct tile product (9 to 128 f32 rows): the AVX2 kernel runs each output's 16 lane
+/// chains as the AVX-512 one does, so the two give the same bits (where the host has
+/// both); odd sizes cover the row, column and `k` tails.
+#[test]
+fn the_direct_tile_product_has_the_same_bits_on_avx2_and_avx512() {
+    if Arm::best() < Arm::Avx512 {
+        return;
+    }
+    let mut rng = Rng::new(78);
+    for (s, m, k, n) in
+        [(QuantScheme::Q4_1, 9, 576, 70), (QuantScheme::Q8_0, 17, 96, 5), (QuantScheme::Q6K, 128, 256, 67)]
+    {
+        let w = random_weights(&mut rng, s, n, k);
+        let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+        let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::F32, 1);
+        let run = |arm: Arm| {
+            let mut out = vec![f32::NAN; m * n];
+            dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
+            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert!(run(Arm::Avx2) == run(Arm::Avx512), "{} m {m} k {k} n {n}: AVX2 and AVX-512 differ", s.name());
+    }
+}
+
+/// The 8-bit products on repacked weights: the AVX2 kernel's integer block sums and f32
+/// steps are the AVX-512 VNNI kernel's, so the two give the same bits (where the host has
+/// both), for every packable scheme, one and several activation rows, a partial group.
+#[test]
+fn the_repacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
+    use rlx_cpu::kernels::q8_packed::available_q16;
+    if !available_q16(QuantScheme::Q4_1, Arm::best()) {
+        return;
+    }
+    let mut rng = Rng::new(79);
+    for s in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q5_0, QuantScheme::Q8_0] {
+        for (m, k, n) in [(1, 608, 17), (3, 64, 40), (8, 1536, 33), (11, 96, 16)] {
+            let w = random_weights(&mut rng, s, n, k);
+            let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+            let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q8, 1);
+            let run = |arm: Arm| {
+                let mut out = vec![f32::NAN; m * n];
+                dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            assert!(run(Arm::Avx2) == run(Arm::Avx512), "{} m {m} k {k} n {n}: AVX2 and AVX-512 differ", s.name());
         }
     }
 }

@@ -96,15 +96,28 @@ macro_rules! by_scheme_rows {
     };
 }
 
-/// Whether [`Packed`] products run `scheme` on `arm` on this host.
+/// Whether 8-bit activation products on [`Packed`] weights ([`dot_groups`]) run `scheme`
+/// on `arm` on this host: with AVX-512 VNNI, or with AVX2 (`vpmaddubsw`, half a group a
+/// register).
 pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
     let f = features();
     cfg!(target_arch = "x86_64")
-        && arm >= Arm::Avx512
-        && f.has_avx512()
-        && f.avx512vnni
         && f.f16c
+        && (vnni(arm) || (arm >= Arm::Avx2 && f.has_avx2_fma()))
         && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q8_0)
+}
+
+/// Whether 16-bit activation products on [`Packed`] weights ([`dot_groups_q16`],
+/// `quant_gemm`'s panels filled from them) run `scheme` on `arm` on this host: AVX-512
+/// VNNI only.
+pub fn available_q16(scheme: QuantScheme, arm: Arm) -> bool {
+    available(scheme, arm) && vnni(arm)
+}
+
+/// Whether `arm` takes the AVX-512 VNNI kernels on this host.
+fn vnni(arm: Arm) -> bool {
+    let f = features();
+    arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni
 }
 
 /// Bytes of one (group, block): quants, scales, mins.
@@ -243,7 +256,13 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
         // SAFETY: the features were checked; every group read lies in `p.bytes` (groups
         // g0.. cover rows 16 g0..16 g0 + cols <= n); every activation row holds k values
         // and nb scales and sums; stores stay within `cols` values of each `out` row.
-        unsafe { by_scheme_rows!(x86::groups_avx512(p, g0, acts, out), p.scheme, acts.len()) }
+        unsafe {
+            if vnni(arm) {
+                by_scheme_rows!(x86::groups_avx512(p, g0, acts, out), p.scheme, acts.len())
+            } else {
+                by_scheme_rows!(x86::groups_avx2(p, g0, acts, out), p.scheme, acts.len())
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (g0, acts, out, nb);
@@ -277,9 +296,9 @@ pub(super) fn split_q16(scheme: QuantScheme, q: &[i16], hi: &mut [i8], lo: &mut 
 /// half its time there).
 ///
 /// # Panics
-/// If the host lacks the features ([`available`]) or the slices do not fit.
+/// If the host lacks the features ([`available_q16`]) or the slices do not fit.
 pub(super) fn dot_groups_q16(p: &Packed, arm: Arm, g0: usize, acts: &[Q16Row], out: &mut [&mut [f32]]) {
-    assert!(available(p.scheme, arm), "q8_packed: {:?} is not available on this host", p.scheme);
+    assert!(available_q16(p.scheme, arm), "q8_packed: 16-bit {:?} is not available on this host", p.scheme);
     let nb = p.k / 32;
     let cols = out.first().map_or(0, |o| o.len());
     assert!(g0 * ROWS + cols <= p.n && out.iter().all(|o| o.len() == cols));
@@ -531,6 +550,155 @@ pub(super) mod x86 {
                     }
                 }
                 store_group(out, g * ROWS, &acc);
+            }
+        }
+    }
+
+    /// Half a (group, block) at `at` for AVX2: vector `t` holds, per 32-bit lane, rows
+    /// `8 half..8 half + 8`'s values `4t..4t + 4`, as unsigned bytes (4- and 5-bit quants)
+    /// or, for Q8_0, as the signed quants (the bias taken off).
+    ///
+    /// # Safety
+    /// `at` points at a whole (group, block) of `scheme`; the caller has AVX2.
+    #[inline(always)]
+    unsafe fn half_steps_avx2(scheme: QuantScheme, at: *const u8, half: usize) -> [__m256i; 8] {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            // (A closure here would not inherit the target features: one call per load.)
+            let at = at.add(32 * half);
+            let mut steps = [_mm256_setzero_si256(); 8];
+            if scheme == QuantScheme::Q8_0 {
+                let bias = _mm256_set1_epi8(-128);
+                for (t, s) in steps.iter_mut().enumerate() {
+                    *s = _mm256_xor_si256(_mm256_loadu_si256(at.add(64 * t) as *const __m256i), bias);
+                }
+                return steps;
+            }
+            let mask = _mm256_set1_epi8(0x0F);
+            for c in 0..4 {
+                let x = _mm256_loadu_si256(at.add(64 * c) as *const __m256i);
+                steps[2 * c] = _mm256_and_si256(x, mask);
+                steps[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), mask);
+            }
+            if scheme == QuantScheme::Q5_0 {
+                // Byte j of the step takes bit j of the half's 32-bit mask: byte j / 8 of
+                // the mask spread to bytes j, then tested against bit j % 8.
+                let spread = _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+                    2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+                );
+                let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                let fifth = _mm256_set1_epi8(0x10);
+                for (t, s) in steps.iter_mut().enumerate() {
+                    let mask = (at.add(256 + 8 * t - 28 * half) as *const i32).read_unaligned();
+                    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(mask), spread);
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bits), bits);
+                    *s = _mm256_or_si256(*s, _mm256_and_si256(set, fifth));
+                }
+            }
+            steps
+        }
+    }
+
+    /// [`super::dot_groups`] for `A` activation rows on AVX2 without VNNI: each half group
+    /// (8 rows, one register) as `groups_avx512` takes a whole one, `vpmaddubsw` +
+    /// `vpmaddwd` in place of `vpdpbusd`. The integer block sums are the same numbers and
+    /// the f32 steps the same ([`add_block`]'s order), so the outputs have the AVX-512
+    /// kernel's bits.
+    ///
+    /// `vpmaddubsw` adds two byte products into a saturating i16: 4- and 5-bit quants
+    /// (at most 31 x 127 x 2 = 7874 a pair) sum 4 steps in i16 before widening; Q8_0's
+    /// quants, 0..255 biased, would saturate, so it takes the signed quant's magnitude
+    /// times the activation given its sign (at most 128 x 127 x 2 a pair), widened each
+    /// step, and adds back 128 x the activation block's sum for the bias.
+    ///
+    /// # Safety
+    /// As `dot_groups` checks; the host has AVX2, FMA and F16C.
+    // `half` and `i` are register-tile coordinates: indexing reads clearer than zipped iterators.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn groups_avx2<const S: u8, const A: usize>(
+        p: &Packed,
+        g0: usize,
+        acts: &[Q8Row],
+        out: &mut [&mut [f32]],
+    ) {
+        let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
+        let scheme = super::scheme_of(S);
+        debug_assert_eq!(scheme, p.scheme);
+        let nb = p.k / 32;
+        let bb = block_bytes(scheme);
+        let quant_bytes = super::quant_bytes(scheme);
+        let cols = out[0].len();
+        let q8 = scheme == QuantScheme::Q8_0;
+        // Q8_0: 128 x each activation block's sum, the biased weights' share.
+        let bias_terms: Vec<i32> = if q8 {
+            acts.iter()
+                .flat_map(|a| a.q.chunks_exact(32).map(|b| b.iter().map(|&v| v as i32).sum::<i32>() << 7))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // SAFETY (whole body): as the caller guarantees.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            for g in 0..cols.div_ceil(ROWS) {
+                let mut acc = [[_mm256_setzero_ps(); 2]; A];
+                let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
+                for b in 0..nb {
+                    let at = group.add(b * bb);
+                    prefetch_ahead(at, bb);
+                    for half in 0..2 {
+                        let steps = half_steps_avx2(scheme, at, half);
+                        let mut magnitudes = steps;
+                        if q8 {
+                            for m in &mut magnitudes {
+                                *m = _mm256_abs_epi8(*m);
+                            }
+                        }
+                        let sw = _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 16 * half) as *const __m128i));
+                        let ow = if scheme == QuantScheme::Q4_1 {
+                            _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 32 + 16 * half) as *const __m128i))
+                        } else {
+                            _mm256_mul_ps(sw, _mm256_set1_ps(super::offset(scheme)))
+                        };
+                        for i in 0..A {
+                            let q = acts[i].q.as_ptr().add(b * 32);
+                            let isum = if q8 {
+                                let mut sum = _mm256_set1_epi32(*bias_terms.get_unchecked(i * nb + b));
+                                for (t, (&s, &m)) in steps.iter().zip(&magnitudes).enumerate() {
+                                    let x = _mm256_set1_epi32((q.add(4 * t) as *const i32).read_unaligned());
+                                    let pairs = _mm256_maddubs_epi16(m, _mm256_sign_epi8(x, s));
+                                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, ones));
+                                }
+                                sum
+                            } else {
+                                // Two chains of 4 steps each (even and odd), in i16.
+                                let mut pairs = [_mm256_setzero_si256(); 2];
+                                for (t, &s) in steps.iter().enumerate() {
+                                    let x = _mm256_set1_epi32((q.add(4 * t) as *const i32).read_unaligned());
+                                    pairs[t % 2] = _mm256_add_epi16(pairs[t % 2], _mm256_maddubs_epi16(s, x));
+                                }
+                                _mm256_add_epi32(_mm256_madd_epi16(pairs[0], ones), _mm256_madd_epi16(pairs[1], ones))
+                            };
+                            let (d, s) = (*acts[i].d.get_unchecked(b), *acts[i].s.get_unchecked(b));
+                            let a = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(isum),
+                                _mm256_mul_ps(sw, _mm256_set1_ps(d)),
+                                acc[i][half],
+                            );
+                            acc[i][half] = _mm256_fmadd_ps(ow, _mm256_set1_ps(s), a);
+                        }
+                    }
+                }
+                let first = g * ROWS;
+                let lanes = (cols - first).min(ROWS);
+                for (o, acc) in out.iter_mut().zip(&acc) {
+                    let mut lane_values = [0f32; ROWS];
+                    _mm256_storeu_ps(lane_values.as_mut_ptr(), acc[0]);
+                    _mm256_storeu_ps(lane_values.as_mut_ptr().add(8), acc[1]);
+                    o[first..first + lanes].copy_from_slice(&lane_values[..lanes]);
+                }
             }
         }
     }

@@ -273,7 +273,7 @@ pub(super) fn gemm(
             && acts.q.len() == m * k
             && acts.d.len() == m * k / 32
             && acts.ds.len() == m * k / g
-            && packed.is_none_or(|p| (p.scheme, p.n, p.k) == (scheme, n, k) && q8_packed::available(scheme, arm))
+            && packed.is_none_or(|p| (p.scheme, p.n, p.k) == (scheme, n, k) && q8_packed::available_q16(scheme, arm))
     );
     // Each panel writes only its own columns of each row (below).
     let base = super::SharedOut::new(out);
@@ -282,7 +282,7 @@ pub(super) fn gemm(
         let cols = PANEL.min(n - j0);
         match packed {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `q8_packed::available` (checked above) found AVX-512 BW/VL and F16C;
+            // SAFETY: `q8_packed::available_q16` (checked above) found AVX-512 BW/VL and F16C;
             // the packed weight is this one; the panel holds k / 2 x PANEL words and
             // k / 32 x PANEL terms.
             Some(packed) => unsafe { x86::fill_packed_avx512(packed, j0 / q8_packed::ROWS, panel) },
