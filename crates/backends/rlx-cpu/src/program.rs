@@ -519,12 +519,8 @@ fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], w
     };
     // A quantized product reading its weight from `w`.
     let repack = |plan: &mut quant_matmul::QuantMatMulPlan, w: &TSlot| -> Result<()> {
-        let best = crate::features::Arm::best();
-        let repacked = match plan.activations {
-            rlx_ir::ActivationQuant::Q8 => crate::kernels::q8_packed::available(plan.scheme, best),
-            rlx_ir::ActivationQuant::Q16 => crate::kernels::q8_packed::available_q16(plan.scheme, best),
-            rlx_ir::ActivationQuant::F32 => false,
-        };
+        let repacked = plan.activations != rlx_ir::ActivationQuant::F32
+            && crate::kernels::q8_packed::available(plan.scheme, crate::features::Arm::best());
         plan.packed = match buffer_of(w) {
             Some(buffer) if repacked => Some(buffer.q8_packed(plan.scheme, plan.n, plan.k)?),
             _ => None,

@@ -134,8 +134,8 @@ fn long_rows_and_tiles_match_the_oracle() {
     check(QuantScheme::Q6K, 12, 2048, 20, ActivationQuant::F32, 12);
 }
 
-/// The 16-bit path's integer GEMM (2 rows and more, on AVX-512 VNNI hosts; the f32 kernels
-/// on restored rows elsewhere): every scheme it unpacks, panels of 48 columns with a
+/// The 16-bit path's integer GEMM (2 rows and more on AVX-512 VNNI hosts, past 128 rows on
+/// AVX2 ones; the f32 kernels on restored rows elsewhere): every scheme it unpacks, panels of 48 columns with a
 /// partial last one, 4-row tiles with a tail.
 #[test]
 fn q16_gemm_matches_the_oracle() {
@@ -151,7 +151,8 @@ fn q16_gemm_matches_the_oracle() {
     ];
     for (i, s) in schemes.into_iter().enumerate() {
         let k = if s.block_size() == 256 { 512 } else { 96 };
-        for (m, n) in [(2, 1), (5, 17), (35, 97)] {
+        // Past 128 rows AVX2 hosts take the integer GEMM too (2-row tiles and a last row).
+        for (m, n) in [(2, 1), (5, 17), (35, 97), (131, 19)] {
             check(s, m, k, n, ActivationQuant::Q16, 200 + i as u64 * 5 + n as u64);
         }
     }
@@ -350,12 +351,15 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
 /// number of rows and threads. Up to 32 rows the packable schemes dot the repacked weights
 /// in place, past it they go through the panel GEMM: both give the same integer block sums
 /// and the same f32 steps, which this checks (as it checks that where a prompt is cut into
-/// pieces does not change its answer). Only where the integer GEMM runs (AVX-512 VNNI):
-/// elsewhere 16-bit rows are restored to f32, and the f32 GEMV and GEMM differ in the
-/// last bits.
+/// pieces does not change its answer). Only where the integer GEMM runs at every row
+/// count (AVX-512 VNNI): elsewhere 16-bit rows are restored to f32 (with AVX2, up to 128
+/// rows), and the f32 GEMV and GEMM differ in the last bits.
 #[test]
 fn each_row_of_a_q16_product_equals_that_row_alone() {
     let mut rng = Rng::new(13);
+    if !rlx_cpu::kernels::q8_packed::available_q16(QuantScheme::Q4_1, Arm::best()) {
+        return;
+    }
     for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q5_0, QuantScheme::Q4K] {
         if !rlx_cpu::kernels::quant_gemm::available(scheme, Arm::best()) {
             continue;
@@ -535,6 +539,40 @@ fn the_repacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
                 out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
             };
             assert!(run(Arm::Avx2) == run(Arm::Avx512), "{} m {m} k {k} n {n}: AVX2 and AVX-512 differ", s.name());
+        }
+    }
+}
+
+/// A 16-bit product reading the repacked copy of its weight (a param's, filling the GEMM's
+/// panels from it, or dotting it in place on VNNI) gives the bits of the same product
+/// unpacking the weight itself, on every arm that runs the integer GEMM; partial panels
+/// and groups (odd `n`), one to 33 rows.
+#[test]
+fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
+    use rlx_cpu::kernels::q8_packed::Packed;
+    use rlx_cpu::kernels::quant_gemm::available;
+    let mut rng = Rng::new(80);
+    for s in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q5_0, QuantScheme::Q8_0] {
+        for (m, k, n) in [(1, 64, 17), (5, 608, 50), (33, 96, 100), (129, 64, 50)] {
+            let w = random_weights(&mut rng, s, n, k);
+            let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+            let mut plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q16, 1);
+            for arm in Arm::available().into_iter().filter(|&arm| available(s, arm)) {
+                let run = |plan: &QuantMatMulPlan| {
+                    let mut out = vec![f32::NAN; m * n];
+                    dequant_matmul_into(plan, arm, &x, &w, &mut out).unwrap();
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                plan.packed = None;
+                let plain = run(&plan);
+                plan.packed = Some(std::sync::Arc::new(Packed::new(s, &w, n, k, None)));
+                assert!(
+                    run(&plan) == plain,
+                    "{} m {m} k {k} n {n} arm {}: differs on the repacked weight",
+                    s.name(),
+                    arm.name()
+                );
+            }
         }
     }
 }

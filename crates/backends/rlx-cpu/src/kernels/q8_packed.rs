@@ -561,7 +561,7 @@ pub(super) mod x86 {
     /// # Safety
     /// `at` points at a whole (group, block) of `scheme`; the caller has AVX2.
     #[inline(always)]
-    unsafe fn half_steps_avx2(scheme: QuantScheme, at: *const u8, half: usize) -> [__m256i; 8] {
+    pub(in crate::kernels) unsafe fn half_steps_avx2(scheme: QuantScheme, at: *const u8, half: usize) -> [__m256i; 8] {
         // SAFETY: as the caller guarantees.
         unsafe {
             // (A closure here would not inherit the target features: one call per load.)

@@ -27,10 +27,20 @@ const LANES: usize = 16;
 const VECS: usize = 3;
 const PANEL: usize = LANES * VECS;
 
-/// Whether this GEMM runs `scheme` on `arm` on this host.
+/// Whether this GEMM runs `scheme` on `arm` on this host: with AVX-512 VNNI, or with AVX2
+/// (`vpmaddwd` + `vpaddd` for `vpdpwssd`, 8 columns a register; the same integer sums and
+/// f32 steps, so the same bits).
 pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
     let f = features();
-    cfg!(target_arch = "x86_64") && arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && group_size(scheme).is_some()
+    cfg!(target_arch = "x86_64")
+        && (vnni(arm) || (arm >= Arm::Avx2 && f.has_avx2_fma() && f.f16c))
+        && group_size(scheme).is_some()
+}
+
+/// Whether `arm` takes the AVX-512 VNNI kernels on this host.
+pub(super) fn vnni(arm: Arm) -> bool {
+    let f = features();
+    arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni
 }
 
 /// Values per scale group (`sw`, `ow`) of the unpacked weights.
@@ -217,10 +227,14 @@ impl Panel {
         }
         unpack_rows(arm, scheme, k, g, w, n, self);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: panels are filled only where `available` found AVX-512 BW/VL; `rows`
-        // holds PANEL rows of k bytes and `values` k / 2 x PANEL words.
+        // SAFETY: panels are filled only where `available` found AVX-512 BW/VL (`vnni`)
+        // or AVX2; `rows` holds PANEL rows of k bytes and `values` k / 2 x PANEL words.
         unsafe {
-            x86::interleave_avx512(k, &self.rows, &mut self.values)
+            if vnni(arm) {
+                x86::interleave_avx512(k, &self.rows, &mut self.values)
+            } else {
+                x86::interleave_avx2(k, &self.rows, &mut self.values)
+            }
         };
     }
 }
@@ -273,7 +287,7 @@ pub(super) fn gemm(
             && acts.q.len() == m * k
             && acts.d.len() == m * k / 32
             && acts.ds.len() == m * k / g
-            && packed.is_none_or(|p| (p.scheme, p.n, p.k) == (scheme, n, k) && q8_packed::available_q16(scheme, arm))
+            && packed.is_none_or(|p| (p.scheme, p.n, p.k) == (scheme, n, k) && q8_packed::available(scheme, arm))
     );
     // Each panel writes only its own columns of each row (below).
     let base = super::SharedOut::new(out);
@@ -282,15 +296,21 @@ pub(super) fn gemm(
         let cols = PANEL.min(n - j0);
         match packed {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `q8_packed::available_q16` (checked above) found AVX-512 BW/VL and F16C;
-            // the packed weight is this one; the panel holds k / 2 x PANEL words and
-            // k / 32 x PANEL terms.
-            Some(packed) => unsafe { x86::fill_packed_avx512(packed, j0 / q8_packed::ROWS, panel) },
+            // SAFETY: `q8_packed::available` (checked above) found AVX-512 BW/VL and F16C
+            // (`vnni`) or AVX2 and F16C; the packed weight is this one; the panel holds
+            // k / 2 x PANEL words and k / 32 x PANEL terms.
+            Some(packed) => unsafe {
+                if vnni(arm) {
+                    x86::fill_packed_avx512(packed, j0 / q8_packed::ROWS, panel)
+                } else {
+                    x86::fill_packed_avx2(packed, j0 / q8_packed::ROWS, panel)
+                }
+            },
             _ => panel.fill(arm, scheme, k, g, &w[j0 * rb..][..cols * rb], cols),
         }
         // SAFETY: out holds m * n values; this panel writes columns j0..j0 + cols of each
         // row, which no other panel touches; the features were checked by `available`.
-        unsafe { panel_rows(panel, g, acts, base.at(j0), n, cols) };
+        unsafe { panel_rows(vnni(arm), panel, g, acts, base.at(j0), n, cols) };
     };
     let panels = n.div_ceil(PANEL);
     let threads = crate::threads::current().min(threads);
@@ -302,35 +322,41 @@ pub(super) fn gemm(
     }
 }
 
-/// Every activation row against one panel, [`x86::tile_avx512`] 4 rows at a time.
+/// Every activation row against one panel: with `vnni`, [`x86::tile_avx512`] 4 rows at a
+/// time, else [`x86::tile_avx2`] 2 at a time.
 ///
 /// # Safety
-/// The host has AVX-512 F/BW/VL/DQ and VNNI; `out` points at column 0 of the panel in an
-/// `m x n` row-major output, `cols` of its columns are written.
-unsafe fn panel_rows(panel: &Panel, g: usize, acts: &Acts, out: *mut f32, n: usize, cols: usize) {
+/// The host has AVX-512 F/BW/VL/DQ and VNNI (`vnni`) or AVX2 and FMA; `out` points at
+/// column 0 of the panel in an `m x n` row-major output, `cols` of its columns are written.
+unsafe fn panel_rows(vnni: bool, panel: &Panel, g: usize, acts: &Acts, out: *mut f32, n: usize, cols: usize) {
     let m = acts.m;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: as the caller guarantees.
     unsafe {
         let mut i = 0;
         macro_rules! tiles {
-            ($rows:literal) => {{
+            ($tile:ident, $rows:literal) => {{
                 while m - i >= $rows {
                     let o = out.add(i * n);
                     if g == 16 {
-                        x86::tile_avx512::<$rows, 16>(panel, acts, i, o, n, cols);
+                        x86::$tile::<$rows, 16>(panel, acts, i, o, n, cols);
                     } else {
-                        x86::tile_avx512::<$rows, 32>(panel, acts, i, o, n, cols);
+                        x86::$tile::<$rows, 32>(panel, acts, i, o, n, cols);
                     }
                     i += $rows;
                 }
             }};
         }
-        tiles!(4);
-        tiles!(1);
+        if vnni {
+            tiles!(tile_avx512, 4);
+            tiles!(tile_avx512, 1);
+        } else {
+            tiles!(tile_avx2, 2);
+            tiles!(tile_avx2, 1);
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (panel, g, acts, out, n, cols);
+    let _ = (vnni, panel, g, acts, out, n, cols);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -439,6 +465,190 @@ mod x86 {
                         _mm512_storeu_si512(at(p0 + c), _mm512_cvtepu8_epi16(lo));
                         _mm512_storeu_si512(at(p0 + c + 8), _mm512_cvtepu8_epi16(hi));
                     }
+                }
+            }
+        }
+    }
+
+    /// [`interleave_avx512`] on AVX2: the same transpose, each pair's bytes zero-extended
+    /// 16 at a time.
+    ///
+    /// # Safety
+    /// The host has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn interleave_avx2(k: usize, rows: &[u8], values: &mut [u32]) {
+        assert!(k.is_multiple_of(32) && rows.len() >= VECS * LANES * k && values.len() >= k / 2 * VECS * LANES);
+        // SAFETY (whole body): as in `interleave_avx512`.
+        unsafe {
+            let (src, dst) = (rows.as_ptr(), values.as_mut_ptr());
+            let zero = _mm256_setzero_si256();
+            for v in 0..VECS {
+                for p0 in (0..k / 2).step_by(16) {
+                    let mut r = [zero; 16];
+                    for (lane, r) in r.iter_mut().enumerate() {
+                        *r = _mm256_loadu_si256(src.add((v * LANES + lane) * k + 2 * p0) as *const __m256i);
+                    }
+                    let mut t = [zero; 16];
+                    for i in 0..8 {
+                        t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+                        t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+                    }
+                    let mut u = [zero; 16];
+                    for i in 0..4 {
+                        u[4 * i] = _mm256_unpacklo_epi32(t[4 * i], t[4 * i + 2]);
+                        u[4 * i + 1] = _mm256_unpackhi_epi32(t[4 * i], t[4 * i + 2]);
+                        u[4 * i + 2] = _mm256_unpacklo_epi32(t[4 * i + 1], t[4 * i + 3]);
+                        u[4 * i + 3] = _mm256_unpackhi_epi32(t[4 * i + 1], t[4 * i + 3]);
+                    }
+                    let mut w = [zero; 16];
+                    for j in 0..2 {
+                        for c in 0..4 {
+                            w[8 * j + 2 * c] = _mm256_unpacklo_epi64(u[8 * j + c], u[8 * j + 4 + c]);
+                            w[8 * j + 2 * c + 1] = _mm256_unpackhi_epi64(u[8 * j + c], u[8 * j + 4 + c]);
+                        }
+                    }
+                    for c in 0..8 {
+                        let lo = _mm256_permute2x128_si256::<0x20>(w[c], w[8 + c]);
+                        let hi = _mm256_permute2x128_si256::<0x31>(w[c], w[8 + c]);
+                        for (pair, x) in [(p0 + c, lo), (p0 + c + 8, hi)] {
+                            let at = dst.add((pair * VECS + v) * LANES) as *mut __m256i;
+                            _mm256_storeu_si256(at, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(x)));
+                            _mm256_storeu_si256(at.add(1), _mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(x)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`fill_packed_avx512`] on AVX2: each half group's steps (8 rows a register) give
+    /// the pairs of those 8 columns, the dwords' low and high halves gathered by a byte
+    /// shuffle and the bytes widened.
+    ///
+    /// # Safety
+    /// The host has AVX2 and F16C; the panel was made for `p.k` and groups of 32.
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn fill_packed_avx2(p: &Packed, g0: usize, panel: &mut Panel) {
+        let nb = p.k / 32;
+        let (bb, quant_bytes) = (super::q8_packed::block_bytes(p.scheme), super::q8_packed::quant_bytes(p.scheme));
+        let groups = p.n.div_ceil(LANES);
+        assert!(panel.values.len() >= nb * 16 * PANEL && panel.sw.len() >= nb * PANEL && panel.ow.len() >= nb * PANEL);
+        let bytes = p.bytes();
+        if g0 + VECS > groups {
+            panel.values.fill(0);
+            panel.sw.fill(0.0);
+            panel.ow.fill(0.0);
+        }
+        // SAFETY (whole body): as in `fill_packed_avx512`.
+        unsafe {
+            let offset = _mm256_set1_ps(super::q8_packed::offset(p.scheme));
+            // Per 128-bit lane: the low words of its 4 dwords, then the high words.
+            let split = _mm256_setr_epi8(
+                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, //
+                0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+            );
+            let bias = _mm256_set1_epi8(if p.scheme == QuantScheme::Q8_0 { -128 } else { 0 });
+            let values = panel.values.as_mut_ptr();
+            for v in 0..VECS.min(groups - g0) {
+                for b in 0..nb {
+                    let at = bytes.as_ptr().add(((g0 + v) * nb + b) * bb);
+                    for half in 0..2 {
+                        // Q8_0's steps come signed; the panel holds them biased (`u = q + 128`).
+                        let steps = super::q8_packed::x86::half_steps_avx2(p.scheme, at, half);
+                        for (t, &s) in steps.iter().enumerate() {
+                            let pair = b * 16 + 2 * t;
+                            let words = _mm256_shuffle_epi8(_mm256_xor_si256(s, bias), split);
+                            // Qwords: [low words rows 0-3, high 0-3, low 4-7, high 4-7].
+                            let words = _mm256_permute4x64_epi64::<0b11_01_10_00>(words);
+                            let (low, high) = (_mm256_castsi256_si128(words), _mm256_extracti128_si256::<1>(words));
+                            let dst = values.add((pair * VECS + v) * LANES + 8 * half) as *mut __m256i;
+                            _mm256_storeu_si256(dst, _mm256_cvtepu8_epi16(low));
+                            _mm256_storeu_si256(dst.add(VECS * LANES / 8), _mm256_cvtepu8_epi16(high));
+                        }
+                        let sw = _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 16 * half) as *const __m128i));
+                        let ow = if p.scheme == QuantScheme::Q4_1 {
+                            _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 32 + 16 * half) as *const __m128i))
+                        } else {
+                            _mm256_mul_ps(sw, offset)
+                        };
+                        let terms = (b * VECS + v) * LANES + 8 * half;
+                        _mm256_storeu_ps(panel.sw.as_mut_ptr().add(terms), sw);
+                        _mm256_storeu_ps(panel.ow.as_mut_ptr().add(terms), ow);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`tile_avx512`] on AVX2: per group and step, each (row, 8 columns) one `vpmaddwd`
+    /// and `vpaddd` (the same integer sums as `vpdpwssd`), then `add_block`'s f32 steps.
+    /// 2 rows x 6 registers of sums: SmolLM2's pp512, AMD EPYC Zen 3, 72 / 112-117
+    /// GFLOP/s at 1 / 2 threads; 5 rows x 2 registers a pass (each weight load feeding 5
+    /// products) was 11-24% slower in alternating runs.
+    ///
+    /// # Safety
+    /// As `tile_avx512`, the host having AVX2 and FMA.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_avx2<const R: usize, const G: usize>(
+        panel: &Panel,
+        acts: &Acts,
+        i0: usize,
+        out: *mut f32,
+        n: usize,
+        cols: usize,
+    ) {
+        const HALVES: usize = 2 * VECS;
+        let k = acts.k;
+        let groups = k / G;
+        let steps = G / 2;
+        // SAFETY (whole body): as in `tile_avx512`.
+        unsafe {
+            let (wp, swp, owp) = (panel.values.as_ptr(), panel.sw.as_ptr(), panel.ow.as_ptr());
+            let (mut q, mut d, mut ds) =
+                ([std::ptr::null::<i16>(); R], [std::ptr::null::<f32>(); R], [std::ptr::null::<f32>(); R]);
+            for r in 0..R {
+                q[r] = acts.q.as_ptr().add((i0 + r) * k);
+                d[r] = acts.d.as_ptr().add((i0 + r) * (k / 32));
+                ds[r] = acts.ds.as_ptr().add((i0 + r) * groups);
+            }
+            let mut acc = [[_mm256_setzero_ps(); HALVES]; R];
+            for grp in 0..groups {
+                let mut isum = [[_mm256_setzero_si256(); HALVES]; R];
+                let wg = wp.add(grp * steps * VECS * LANES);
+                for t in 0..steps {
+                    let mut a = [_mm256_setzero_si256(); R];
+                    for r in 0..R {
+                        a[r] = _mm256_set1_epi32((q[r].add(grp * G + t * 2) as *const i32).read_unaligned());
+                    }
+                    for h in 0..HALVES {
+                        let wv = _mm256_loadu_si256(wg.add(t * VECS * LANES + 8 * h) as *const __m256i);
+                        for r in 0..R {
+                            isum[r][h] = _mm256_add_epi32(isum[r][h], _mm256_madd_epi16(wv, a[r]));
+                        }
+                    }
+                }
+                for h in 0..HALVES {
+                    let sw = _mm256_loadu_ps(swp.add(grp * VECS * LANES + 8 * h));
+                    let ow = _mm256_loadu_ps(owp.add(grp * VECS * LANES + 8 * h));
+                    for r in 0..R {
+                        let da = _mm256_set1_ps(*d[r].add(grp * G / 32));
+                        let dsum = _mm256_set1_ps(*ds[r].add(grp));
+                        let x = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][h]), _mm256_mul_ps(sw, da), acc[r][h]);
+                        acc[r][h] = _mm256_fmadd_ps(ow, dsum, x);
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                for (h, &a) in acc.iter().enumerate() {
+                    let first = 8 * h;
+                    if first >= cols {
+                        break;
+                    }
+                    let mut lanes = [0f32; 8];
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), a);
+                    let len = (cols - first).min(8);
+                    std::ptr::copy_nonoverlapping(lanes.as_ptr(), out.add(r * n + first), len);
                 }
             }
         }

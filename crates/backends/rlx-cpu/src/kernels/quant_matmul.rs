@@ -69,6 +69,13 @@ const DOT_ROWS: usize = 128;
 /// prompt's last): 5.2 -> 1.1 ms. At 2 threads the two are within noise from 24 rows on.
 const SPLIT_ROWS: usize = 32;
 
+/// 16-bit activation rows up to which a host with AVX2 and no VNNI restores them to f32
+/// (GEMV, direct tiles) rather than unpacking every weight into the integer GEMM's panels,
+/// whose `vpmaddwd` + `vpaddd` pays off over many rows. SmolLM2, 2 threads, AMD EPYC Zen
+/// 3: a 9-token prompt 130-150 ms restored, 220-270 ms in panels (its Q8_0 head's last
+/// row unpacked whole); pp512 328-344 -> 470-562 tok/s in panels.
+const AVX2_GEMM_ROWS: usize = DOT_ROWS;
+
 /// 16-bit activation values from which a product quantizes its rows on all threads
 /// rather than on the calling one (~0.5 ns a value; a hand-off costs ~3-5 us). SmolLM2's
 /// 512-token prompt, 2 threads, best of 6 (Intel Xeon, model 207): 453 -> 427 ms.
@@ -506,15 +513,16 @@ fn with_packed<R>(p: &QuantMatMulPlan, w: &[u8], f: impl FnOnce(&Packed) -> R) -
     }
 }
 
-/// The product with 16-bit activations: the integer GEMM where it runs the scheme, for
-/// any number of rows (one thread, AMD EPYC, Gemma 3 270M's shapes, ms, GEMM / f32
-/// kernels on restored rows: 1 row Q5_0 0.45 / 0.56, Q6_K 0.35 / 1.03, Q4_1 0.39 / 0.22;
-/// 2 rows Q6_K 0.37 / 1.65; 8 rows Q6_K 0.55 / 7.98, Q4_1 0.46 / 0.88); elsewhere each row
-/// is quantized, restored to f32 (`q * d`, rounded) and multiplied on the f32 path.
+/// The product with 16-bit activations: with AVX-512 VNNI the integer GEMM where it runs
+/// the scheme, for any number of rows (one thread, AMD EPYC Zen 4, Gemma 3 270M's shapes,
+/// ms, GEMM / f32 kernels on restored rows: 1 row Q5_0 0.45 / 0.56, Q6_K 0.35 / 1.03, Q4_1
+/// 0.39 / 0.22; 2 rows Q6_K 0.37 / 1.65; 8 rows Q6_K 0.55 / 7.98, Q4_1 0.46 / 0.88); with
+/// AVX2 alone the integer GEMM past [`AVX2_GEMM_ROWS`] rows; otherwise each row is
+/// quantized, restored to f32 (`q * d`, rounded) and multiplied on the f32 path.
 fn q16_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
-    if quant_gemm::available(p.scheme, arm) {
+    if quant_gemm::available(p.scheme, arm) && (quant_gemm::vnni(arm) || m > AVX2_GEMM_ROWS) {
         return q16_gemm(p, arm, x, w, out);
     }
     let (mut q, mut d, mut s) = (vec![0i16; k], vec![0f32; nb], vec![0f32; nb]);
@@ -543,7 +551,7 @@ fn q16_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32])
                 })
             });
         }
-        let packed = p.packed.as_deref().filter(|_| q8_packed::available_q16(p.scheme, arm));
+        let packed = p.packed.as_deref().filter(|_| q8_packed::available(p.scheme, arm));
         quant_gemm::gemm(arm, p.scheme, &acts, (w, packed), p.n, p.threads, out);
     })
 }
