@@ -41,6 +41,7 @@ pub fn kernel_arms() -> Vec<(&'static str, String)> {
         ("gemm bf16 (16+ rows)", kernels::half_gemm::arm_reason(rlx_ir::DType::BF16).to_string()),
         ("gemm f16", kernels::half_gemm::arm_reason(rlx_ir::DType::F16).to_string()),
         ("quantized matmul, 8-bit activation dots", kernels::quant_matmul::q8_arm_name().to_string()),
+        ("quantized matmul, 16-bit activations", kernels::quant_matmul::q16_arm_name().to_string()),
         ("quantized matmul, f32 activations", format!("{} (decode + gemm crate)", arm.name())),
         ("integer matmul, f64 non-gemm ops", "portable loops".to_string()),
         (

@@ -610,7 +610,10 @@ pub(super) mod x86 {
     /// (at most 31 x 127 x 2 = 7874 a pair) sum 4 steps in i16 before widening; Q8_0's
     /// quants, 0..255 biased, would saturate, so it takes the signed quant's magnitude
     /// times the activation given its sign (at most 128 x 127 x 2 a pair), widened each
-    /// step, and adds back 128 x the activation block's sum for the bias.
+    /// step, and adds back 128 x the activation block's sum for the bias. (An activation
+    /// of -128, which only a block with a denormal scale can hold, would come out of the
+    /// sign as -128 where the VNNI kernel takes +128 for a negative weight: such a block's
+    /// terms are below 1e-33.)
     ///
     /// # Safety
     /// As `dot_groups` checks; the host has AVX2, FMA and F16C.

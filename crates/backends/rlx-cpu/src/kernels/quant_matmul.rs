@@ -70,11 +70,13 @@ const DOT_ROWS: usize = 128;
 const SPLIT_ROWS: usize = 32;
 
 /// 16-bit activation rows up to which a host with AVX2 and no VNNI restores them to f32
-/// (GEMV, direct tiles) rather than unpacking every weight into the integer GEMM's panels,
-/// whose `vpmaddwd` + `vpaddd` pays off over many rows. SmolLM2, 2 threads, AMD EPYC Zen
-/// 3: a 9-token prompt 130-150 ms restored, 220-270 ms in panels (its Q8_0 head's last
-/// row unpacked whole); pp512 328-344 -> 470-562 tok/s in panels.
-const AVX2_GEMM_ROWS: usize = DOT_ROWS;
+/// (the GEMV) rather than unpacking every weight into the integer GEMM's panels. Past it
+/// every row count takes the panels, so a prompt prefilled in pieces of more rows than
+/// this gets the bits of the prompt whole (what `rlx serve`'s chunks and prompt cache
+/// rely on; with VNNI it holds for any pieces). SmolLM2, 2 threads, AMD EPYC Zen 3: a
+/// 9-token prompt whose last row's Q8_0 head went through panels (the whole head unpacked
+/// for one row) took 220-270 ms, 130-150 restored; pp512 328-426 -> 470-774 tok/s in panels.
+const AVX2_GEMM_ROWS: usize = GEMV_ROWS;
 
 /// 16-bit activation values from which a product quantizes its rows on all threads
 /// rather than on the calling one (~0.5 ns a value; a hand-off costs ~3-5 us). SmolLM2's
@@ -827,6 +829,18 @@ pub fn q8_arm_name() -> &'static str {
         "avx2 (vpmaddubsw, 16 rows repacked)"
     } else {
         "portable"
+    }
+}
+
+/// The arm the 16-bit activation products (prompts) take on this host, for `rlx info`.
+pub fn q16_arm_name() -> &'static str {
+    let arm = Arm::best();
+    if quant_gemm::available(QuantScheme::Q4_1, arm) && quant_gemm::vnni(arm) {
+        "avx512-vnni (vpdpwssd panels; up to 32 rows on the repacked weight)"
+    } else if quant_gemm::available(QuantScheme::Q4_1, arm) {
+        "avx2 (vpmaddwd panels past 8 rows; fewer restored to f32)"
+    } else {
+        "restored to f32"
     }
 }
 
