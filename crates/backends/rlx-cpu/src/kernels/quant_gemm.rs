@@ -415,6 +415,48 @@ mod x86 {
         }
     }
 
+    /// The 32 bytes (16 pairs) at `at` of 16 rows `k` apart, transposed by 16-bit pairs in
+    /// three unpack stages (shared by both interleave arms): `w[c]` (rows 0-7) and
+    /// `w[8 + c]` (rows 8-15) hold pair `c` in their low 128 bits and pair `c + 8` in
+    /// their high ones, which the arms join with `vperm2i128`.
+    ///
+    /// # Safety
+    /// The caller has AVX2; 16 rows of 32 bytes lie at `at`, `k` apart.
+    #[inline(always)]
+    unsafe fn transpose_pairs(at: *const u8, k: usize) -> [__m256i; 16] {
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            let zero = _mm256_setzero_si256();
+            let mut r = [zero; 16];
+            for (lane, r) in r.iter_mut().enumerate() {
+                *r = _mm256_loadu_si256(at.add(lane * k) as *const __m256i);
+            }
+            // Rows 2i, 2i + 1 interleaved by pair: pairs 0-3 (4-7) of each half.
+            let mut t = [zero; 16];
+            for i in 0..8 {
+                t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+            }
+            // Rows 4i..4i + 4 by two pairs: u[4i + c] holds pairs 2c, 2c + 1.
+            let mut u = [zero; 16];
+            for i in 0..4 {
+                u[4 * i] = _mm256_unpacklo_epi32(t[4 * i], t[4 * i + 2]);
+                u[4 * i + 1] = _mm256_unpackhi_epi32(t[4 * i], t[4 * i + 2]);
+                u[4 * i + 2] = _mm256_unpacklo_epi32(t[4 * i + 1], t[4 * i + 3]);
+                u[4 * i + 3] = _mm256_unpackhi_epi32(t[4 * i + 1], t[4 * i + 3]);
+            }
+            // Rows 8j..8j + 8: w[8j + c] holds pair c (low half) and c + 8 (high).
+            let mut w = [zero; 16];
+            for j in 0..2 {
+                for c in 0..4 {
+                    w[8 * j + 2 * c] = _mm256_unpacklo_epi64(u[8 * j + c], u[8 * j + 4 + c]);
+                    w[8 * j + 2 * c + 1] = _mm256_unpackhi_epi64(u[8 * j + c], u[8 * j + 4 + c]);
+                }
+            }
+            w
+        }
+    }
+
     /// `values[p][v][lane] = rows[16 v + lane][2p, 2p + 1]` widened to an `i16` pair: per
     /// 16 columns x 16 pairs, a 16 x 16 transpose of 16-bit pairs in four unpack stages,
     /// then each pair's bytes zero-extended (strided byte loads cost ~2.5 cycles a weight:
@@ -429,35 +471,9 @@ mod x86 {
         // stores write 16 words at pair p0 + c of vector v, inside `values` (checked above).
         unsafe {
             let (src, dst) = (rows.as_ptr(), values.as_mut_ptr());
-            let zero = _mm256_setzero_si256();
             for v in 0..VECS {
                 for p0 in (0..k / 2).step_by(16) {
-                    let mut r = [zero; 16];
-                    for (lane, r) in r.iter_mut().enumerate() {
-                        *r = _mm256_loadu_si256(src.add((v * LANES + lane) * k + 2 * p0) as *const __m256i);
-                    }
-                    // Rows 2i, 2i + 1 interleaved by pair: pairs 0-3 (4-7) of each half.
-                    let mut t = [zero; 16];
-                    for i in 0..8 {
-                        t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
-                        t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
-                    }
-                    // Rows 4i..4i + 4 by two pairs: u[4i + c] holds pairs 2c, 2c + 1.
-                    let mut u = [zero; 16];
-                    for i in 0..4 {
-                        u[4 * i] = _mm256_unpacklo_epi32(t[4 * i], t[4 * i + 2]);
-                        u[4 * i + 1] = _mm256_unpackhi_epi32(t[4 * i], t[4 * i + 2]);
-                        u[4 * i + 2] = _mm256_unpacklo_epi32(t[4 * i + 1], t[4 * i + 3]);
-                        u[4 * i + 3] = _mm256_unpackhi_epi32(t[4 * i + 1], t[4 * i + 3]);
-                    }
-                    // Rows 8j..8j + 8: w[8j + c] holds pair c (low half) and c + 8 (high).
-                    let mut w = [zero; 16];
-                    for j in 0..2 {
-                        for c in 0..4 {
-                            w[8 * j + 2 * c] = _mm256_unpacklo_epi64(u[8 * j + c], u[8 * j + 4 + c]);
-                            w[8 * j + 2 * c + 1] = _mm256_unpackhi_epi64(u[8 * j + c], u[8 * j + 4 + c]);
-                        }
-                    }
+                    let w = transpose_pairs(src.add(v * LANES * k + 2 * p0), k);
                     for c in 0..8 {
                         let lo = _mm256_permute2x128_si256::<0x20>(w[c], w[8 + c]);
                         let hi = _mm256_permute2x128_si256::<0x31>(w[c], w[8 + c]);
@@ -481,32 +497,9 @@ mod x86 {
         // SAFETY (whole body): as in `interleave_avx512`.
         unsafe {
             let (src, dst) = (rows.as_ptr(), values.as_mut_ptr());
-            let zero = _mm256_setzero_si256();
             for v in 0..VECS {
                 for p0 in (0..k / 2).step_by(16) {
-                    let mut r = [zero; 16];
-                    for (lane, r) in r.iter_mut().enumerate() {
-                        *r = _mm256_loadu_si256(src.add((v * LANES + lane) * k + 2 * p0) as *const __m256i);
-                    }
-                    let mut t = [zero; 16];
-                    for i in 0..8 {
-                        t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
-                        t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
-                    }
-                    let mut u = [zero; 16];
-                    for i in 0..4 {
-                        u[4 * i] = _mm256_unpacklo_epi32(t[4 * i], t[4 * i + 2]);
-                        u[4 * i + 1] = _mm256_unpackhi_epi32(t[4 * i], t[4 * i + 2]);
-                        u[4 * i + 2] = _mm256_unpacklo_epi32(t[4 * i + 1], t[4 * i + 3]);
-                        u[4 * i + 3] = _mm256_unpackhi_epi32(t[4 * i + 1], t[4 * i + 3]);
-                    }
-                    let mut w = [zero; 16];
-                    for j in 0..2 {
-                        for c in 0..4 {
-                            w[8 * j + 2 * c] = _mm256_unpacklo_epi64(u[8 * j + c], u[8 * j + 4 + c]);
-                            w[8 * j + 2 * c + 1] = _mm256_unpackhi_epi64(u[8 * j + c], u[8 * j + 4 + c]);
-                        }
-                    }
+                    let w = transpose_pairs(src.add(v * LANES * k + 2 * p0), k);
                     for c in 0..8 {
                         let lo = _mm256_permute2x128_si256::<0x20>(w[c], w[8 + c]);
                         let hi = _mm256_permute2x128_si256::<0x31>(w[c], w[8 + c]);
