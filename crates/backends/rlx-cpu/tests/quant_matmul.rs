@@ -492,6 +492,13 @@ fn one_f32_row_has_the_same_bits_on_every_arm() {
     }
 }
 
+/// The bits of `plan`'s product of `x` and `w` on `arm`, on the calling thread.
+fn arm_bits(plan: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8]) -> Vec<u32> {
+    let mut out = vec![f32::NAN; plan.m * plan.n];
+    dequant_matmul_into(plan, arm, x, w, &mut out).unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
 /// The direct tile product (9 to 128 f32 rows): the AVX2 kernel runs each output's 16 lane
 /// chains as the AVX-512 one does, so the two give the same bits (where the host has
 /// both); odd sizes cover the row, column and `k` tails.
@@ -507,11 +514,7 @@ fn the_direct_tile_product_has_the_same_bits_on_avx2_and_avx512() {
         let w = random_weights(&mut rng, s, n, k);
         let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
         let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::F32, 1);
-        let run = |arm: Arm| {
-            let mut out = vec![f32::NAN; m * n];
-            dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
-            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-        };
+        let run = |arm| arm_bits(&plan, arm, &x, &w);
         assert!(run(Arm::Avx2) == run(Arm::Avx512), "{} m {m} k {k} n {n}: AVX2 and AVX-512 differ", s.name());
     }
 }
@@ -531,11 +534,7 @@ fn the_repacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
             let w = random_weights(&mut rng, s, n, k);
             let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
             let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q8, 1);
-            let run = |arm: Arm| {
-                let mut out = vec![f32::NAN; m * n];
-                dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
+            let run = |arm| arm_bits(&plan, arm, &x, &w);
             assert!(run(Arm::Avx2) == run(Arm::Avx512), "{} m {m} k {k} n {n}: AVX2 and AVX-512 differ", s.name());
         }
     }
@@ -556,11 +555,7 @@ fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
             let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
             let mut plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q16, 1);
             for arm in Arm::available().into_iter().filter(|&arm| available(s, arm)) {
-                let run = |plan: &QuantMatMulPlan| {
-                    let mut out = vec![f32::NAN; m * n];
-                    dequant_matmul_into(plan, arm, &x, &w, &mut out).unwrap();
-                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-                };
+                let run = |plan: &QuantMatMulPlan| arm_bits(plan, arm, &x, &w);
                 plan.packed = None;
                 let plain = run(&plan);
                 plan.packed = Some(std::sync::Arc::new(Packed::new(s, &w, n, k, None)));
