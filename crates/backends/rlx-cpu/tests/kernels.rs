@@ -230,7 +230,8 @@ fn gemm_matches_f64_and_openblas() {
 
 /// The packed-weight product against an f64 reference at every tail of its 8- and 12-row
 /// tiles (6-row tiles on AVX2) and 32-column panels (16-column halves on AVX2), with the
-/// weight read row-major and transposed; each output row is bit for bit the same whatever
+/// weight read row-major and transposed; each output is the f32 FMA chain over k in order
+/// (through AVX2's runs of k too), and each output row is bit for bit the same whatever
 /// the number of rows around it (across passes over `a` too), the thread count, the arm or
 /// the AVX-512 tile shape (AMD's and Intel's, both run on any AVX-512 CPU).
 #[test]
@@ -247,7 +248,9 @@ fn packed_gemm_matches_f64_at_every_tail() {
         return;
     }
     let pool = rlx_cpu::threads::pool(2).unwrap();
-    for k in [0, 1, 3, 17, 1000] {
+    // 1100: past the depth AVX2 takes in one run (runs of 367, each output's chain stored
+    // between them).
+    for k in [0, 1, 3, 17, 1000, 1100] {
         for n in [1, 3, 17, 31, 32, 33, 100] {
             let b = data(k * n, 21, -1.0, 1.0);
             let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k.max(1)) * n + i / k.max(1)]).collect();
@@ -272,6 +275,11 @@ fn packed_gemm_matches_f64_at_every_tail() {
                     );
                     let c: Vec<f32> = padded.chunks(n + 3).flat_map(|row| row[..n].to_vec()).collect();
                     assert_close(&what, &c, &want, |i| (k as f64 + 2.0) * 5.96e-8 * mag[i] + 1e-30);
+                    // Each output is one FMA chain over k in order, on every arm.
+                    let chain: Vec<f32> = (0..m * n)
+                        .map(|i| (0..k).fold(0f32, |acc, p| a[i / n * k + p].mul_add(b[p * n + i % n], acc)))
+                        .collect();
+                    assert_eq!(bits(&c), bits(&chain), "{what}: not one FMA chain a output");
                     let mut ct = vec![f32::NAN; m * n];
                     pool.install(|| gemm(m, &a, (k, 1), &transposed, &mut ct, n, 2));
                     assert_eq!(bits(&ct), bits(&c), "{what}: transposed weight on 2 threads");

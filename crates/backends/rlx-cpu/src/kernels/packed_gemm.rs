@@ -66,6 +66,15 @@ impl Avx512Tile {
 /// broadcast: 15 of the 16 vector registers). `a` is packed in blocks of this height
 /// there: blocks of 8 split 6 + 2 ran the 2-row tiles at half rate (latency-bound).
 const AVX2_MR: usize = 6;
+/// On AVX2, products over more than `AVX2_WHOLE_K` steps of k go by runs of about
+/// `AVX2_KC` steps: each output's chain stored in `c` between runs and taken up again (the
+/// same FMAs in the same order), a run of a strip (32 KiB) past all of a task's row
+/// blocks from L1 instead of a whole strip from L3 or DRAM for each block. AMD EPYC Zen 3,
+/// one thread, GFLOP/s, runs of all k -> 512: 32 x 3072 x 768 73-77 -> 84-86, 128 x 3072
+/// x 768 80-83 -> 88-90, 32 x 2048 x 2048 76-77 -> 82-85; runs of 256 cost 2-5% at k =
+/// 768 and 1024 (shorter streams for the prefetchers), where a whole strip stays in L2.
+const AVX2_KC: usize = 512;
+const AVX2_WHOLE_K: usize = 1024;
 /// A `[k, n]` f32 weight in column panels of [`NR`], 64-byte aligned.
 pub struct Panels {
     k: usize,
@@ -215,14 +224,16 @@ pub fn gemm_then(
             let rows = pass.min(m - first);
             let a = &a[first * sa.0..];
             if !in_place {
-                pack_rows(rows, k, a, sa, mr, packed_a);
+                pack_rows(RowBlocks::new(rows, mr, arm), k, a, sa, packed_a);
             }
             let packed_a = &*packed_a;
+            let blocks = RowBlocks::new(rows, mr, arm);
             // Block r's first element and its (row, step) strides.
-            let block =
-                |r: usize| if in_place { (&a[r * mr * sa.0..], (sa.0, 1)) } else { (&packed_a[r * k * mr..], (1, mr)) };
+            let block = |r: usize| {
+                if in_place { (&a[blocks.at(r).0 * sa.0..], (sa.0, 1)) } else { (&packed_a[r * k * mr..], (1, mr)) }
+            };
             let c = SharedOut::new(&mut c[first * c_row..]);
-            panels_times_rows((arm, tile), rows, (mr, block), panels, (c, c_row), threads, epilogue);
+            panels_times_rows((arm, tile), RowBlocks::new(rows, mr, arm), block, panels, (c, c_row), threads, epilogue);
         }
     })
 }
@@ -233,12 +244,55 @@ pub fn gemm_then(
 /// 1024: 104-107 -> 110-112 GFLOP/s on 1 thread, 209 -> 219-222 on 2 (AMD EPYC).
 const PASS_BYTES: usize = 1 << 20;
 
-/// Packs `rows` rows of `a` (element strides `sa`) into blocks of `mr` rows, each block k
-/// steps of mr floats.
-fn pack_rows(rows: usize, k: usize, a: &[f32], sa: (usize, usize), mr: usize, packed_a: &mut [f32]) {
-    for (r, block) in packed_a.chunks_exact_mut(k * mr).take(rows.div_ceil(mr)).enumerate() {
-        for i in 0..mr.min(rows - r * mr) {
-            let row = &a[(r * mr + i) * sa.0..];
+/// How a pass's rows split into register tiles: blocks of `mr` rows, except on AVX2 a
+/// last block of fewer than [`AVX2_EVEN_BELOW`] rows, which shares the rows of the block
+/// before it evenly: a tile of 1 to 3 rows holds 2 to 6 FMA chains, too few to cover
+/// AVX2's FMA latency, and runs at up to half rate. AMD EPYC Zen 3, one thread, in-process
+/// A/B: 32 x 768 x 3072 as 6 x 5 + 2 -> 6 x 4 + 4 x 2 rows +4% (89-92 -> 93-95 GFLOP/s),
+/// 32 x 3072 x 768 +4%, 14 rows (6 + 6 + 2 -> 6 + 4 + 4) +9%, 8 rows +4%.
+#[derive(Clone, Copy)]
+struct RowBlocks {
+    rows: usize,
+    mr: usize,
+    /// Rows of the second-to-last block when the last two share evenly, else 0.
+    evened: usize,
+}
+
+/// See [`RowBlocks`]: 4 rows are 8 FMA chains, two FMA units' 4-cycle latency.
+const AVX2_EVEN_BELOW: usize = 4;
+
+impl RowBlocks {
+    fn new(rows: usize, mr: usize, arm: Arm) -> RowBlocks {
+        let tail = rows % mr;
+        let even = arm != Arm::Avx512 && rows > mr && tail > 0 && tail < AVX2_EVEN_BELOW;
+        RowBlocks { rows, mr, evened: if even { (mr + tail).div_ceil(2) } else { 0 } }
+    }
+
+    fn count(self) -> usize {
+        self.rows.div_ceil(self.mr)
+    }
+
+    /// Block r's first row and height.
+    fn at(self, r: usize) -> (usize, usize) {
+        let last = self.count() - 1;
+        match r {
+            _ if self.evened > 0 && r + 1 == last => (r * self.mr, self.evened),
+            _ if self.evened > 0 && r == last => {
+                ((r - 1) * self.mr + self.evened, self.rows - (r - 1) * self.mr - self.evened)
+            }
+            _ => (r * self.mr, self.mr.min(self.rows - r * self.mr)),
+        }
+    }
+}
+
+/// Packs the rows of `a` (element strides `sa`) block by block, each block k steps of
+/// `mr` floats (its height used).
+fn pack_rows(blocks: RowBlocks, k: usize, a: &[f32], sa: (usize, usize), packed_a: &mut [f32]) {
+    let mr = blocks.mr;
+    for (r, block) in packed_a.chunks_exact_mut(k * mr).take(blocks.count()).enumerate() {
+        let (start, height) = blocks.at(r);
+        for i in 0..height {
+            let row = &a[(start + i) * sa.0..];
             for p in 0..k {
                 block[p * mr + i] = row[p * sa.1];
             }
@@ -246,37 +300,84 @@ fn pack_rows(rows: usize, k: usize, a: &[f32], sa: (usize, usize), mr: usize, pa
     }
 }
 
-/// `c = a @ panels` for `rows` rows of `a`, given as blocks of `mr` (`block(r)`: block r's
-/// first element and its (row, step) strides), on up to `threads` workers, each task
-/// then running `epilogue` on what it wrote.
+/// `c = a @ panels` for the rows of `a` in `blocks` (`block(r)`: block r's first element
+/// and its (row, step) strides), on up to `threads` workers, each task then running
+/// `epilogue` on what it wrote.
 fn panels_times_rows<'a>(
     (arm, shape): (Arm, Avx512Tile),
-    rows: usize,
-    (mr, block): (usize, impl Fn(usize) -> (&'a [f32], (usize, usize)) + Sync),
+    row_blocks: RowBlocks,
+    block: impl Fn(usize) -> (&'a [f32], (usize, usize)) + Sync,
     panels: &Panels,
     (out, c_row): (SharedOut, usize),
     threads: usize,
     epilogue: Option<&Epilogue>,
 ) {
     let (k, n) = (panels.k, panels.n);
-    let (columns, blocks) = (n.div_ceil(NR), rows.div_ceil(mr));
-    // Panels js times row blocks rs, each panel past all of the blocks.
+    let (rows, columns, blocks) = (row_blocks.rows, n.div_ceil(NR), row_blocks.count());
+    // A tile's columns: a panel on AVX-512, half of one on AVX2 (16 registers).
+    let strip = if arm == Arm::Avx512 { NR } else { NR / 2 };
+    let avx2 = arm != Arm::Avx512;
+    let depth = if avx2 && k > AVX2_WHOLE_K { k.div_ceil(k.div_ceil(AVX2_KC)) } else { k };
+    // Panels js times row blocks rs, by units of `depth` steps of k of one panel, each
+    // strip of a unit past all of the blocks while it is in L1.
     let run = |js: std::ops::Range<usize>, rs: std::ops::Range<usize>| {
         let (first, last) = (js.start * NR, n.min(js.end * NR));
-        for j in js {
-            let width = NR.min(n - j * NR);
-            let panel = &panels.floats()[j * k * NR..(j + 1) * k * NR];
-            for r in rs.clone() {
-                let height = mr.min(rows - r * mr);
-                // SAFETY: rows r*mr.. of c, columns j*NR.. (width of them), lie inside `c`
-                // (the caller checked m rows of c_row >= n); each (panel, block) tile is
-                // written by one worker only; the block's rows of k steps lie in `a` or the
-                // packed rows.
-                unsafe { tile((arm, shape), height, k, block(r), panel, out.at(r * mr * c_row + j * NR), c_row, width) }
+        let floats = panels.floats();
+        for j in js.clone() {
+            for k0 in (0..k).step_by(depth) {
+                let steps = depth.min(k - k0);
+                let here = j * k * NR + k0 * NR;
+                // On AVX2 the unit after this one (the panel's next steps, or the next
+                // panel's first ones, which lie right after it) is fetched into L2 while
+                // this one runs, a few lines by each tile: a cold weight otherwise streams
+                // from DRAM at a tile's pace in the first row block only, faster than DRAM
+                // serves it. AMD EPYC Zen 3, one thread, weights cycled through 37 MiB
+                // (past L3): 32 x 768 x 3072 72 -> 86 GFLOP/s, 32 x 3072 x 768 67 -> 75;
+                // within 3% either way with one weight in L3.
+                let next_steps = if k0 + steps < k {
+                    depth.min(k - k0 - steps)
+                } else if j + 1 < js.end {
+                    depth.min(k)
+                } else {
+                    0
+                };
+                let strips = NR.min(n - j * NR).div_ceil(strip);
+                let tiles = strips * rs.len();
+                let lines = if avx2 { (next_steps * NR * 4 / 64).div_ceil(tiles) } else { 0 };
+                let every = steps.checked_div(lines).map_or(usize::MAX, |e| e.max(1));
+                let mut t = 0;
+                for s in (0..NR.min(n - j * NR)).step_by(strip) {
+                    let width = strip.min(n - j * NR - s);
+                    let panel = &floats[here + s..];
+                    for r in rs.clone() {
+                        let (start, height) = row_blocks.at(r);
+                        let (a, (ri, rp)) = block(r);
+                        let ahead = floats.as_ptr().wrapping_add(here + steps * NR + t * lines * 16).cast::<i8>();
+                        t += 1;
+                        // SAFETY: rows start.. of c, columns j*NR+s.. (width of them), lie
+                        // inside `c` (the caller checked m rows of c_row >= n); each (strip,
+                        // block) tile is written by one worker only; the block's rows hold
+                        // steps k0..k0+steps in `a` or the packed rows, the panel's slice
+                        // `steps` rows of NR from column s.
+                        unsafe {
+                            tile(
+                                (arm, shape),
+                                height,
+                                (steps, k0 > 0),
+                                (&a[k0 * rp..], (ri, rp)),
+                                panel,
+                                out.at(start * c_row + j * NR + s),
+                                c_row,
+                                width,
+                                (ahead, lines, every),
+                            )
+                        }
+                    }
+                }
             }
         }
         if let Some(epilogue) = epilogue {
-            for i in rs.start * mr..rows.min(rs.end * mr) {
+            for i in row_blocks.at(rs.start).0..row_blocks.at(rs.end - 1).0 + row_blocks.at(rs.end - 1).1 {
                 // SAFETY: columns first..last of row i lie inside `c` and were written by
                 // this task alone, just above.
                 epilogue(first, unsafe { std::slice::from_raw_parts_mut(out.at(i * c_row + first), last - first) });
@@ -313,73 +414,98 @@ const CHUNKS_PER_THREAD: usize = 8;
 type Rows = (*const f32, (usize, usize));
 
 /// One register tile: `rows` rows of `c` (a block of `a`: up to [`Avx512Tile::rows`]
-/// on AVX-512, [`AVX2_MR`] on AVX2, element `(i, p)` at `a[i * ri + p * rp]`) times one panel, by
-/// halves of 16 columns on AVX2 (16 vector registers, not 32).
+/// on AVX-512, [`AVX2_MR`] on AVX2, element `(i, p)` at `a[i * ri + p * rp]`) times a
+/// strip of one panel (a panel on AVX-512, 16 columns on AVX2), over `steps` steps of k:
+/// each output's FMA chain starts from zero, or when `accumulate` goes on from the value
+/// `c` holds (the chain's earlier steps, stored exactly in f32).
 ///
 /// # Safety
-/// `available(arm)`; `a` holds `rows` rows of `k` steps at its strides, `panel` `k * NR`
-/// floats; `c` addresses `rows` rows of `width` (<= NR) writable floats, `c_row` apart.
+/// `available(arm)`; `a` holds `rows` rows of `steps` steps at its strides, `panel`
+/// `steps` rows of `NR` floats from its start; `c` addresses `rows` rows of `width` (<= the
+/// strip) writable floats, `c_row` apart.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
     (arm, shape): (Arm, Avx512Tile),
     rows: usize,
-    k: usize,
+    (steps, accumulate): (usize, bool),
     (a, strides): (&[f32], (usize, usize)),
     panel: &[f32],
     c: *mut f32,
     c_row: usize,
     width: usize,
+    pf: Fetch,
 ) {
     let (a, panel) = (a.as_ptr(), panel.as_ptr());
+    let c = (c, c_row, width);
     macro_rules! rows {
-        (tile_avx512::<$pf:ident>($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
+        ($kernel:ident::<R, $pf:ident>, $($r:literal)*) => {
             match rows {
                 // SAFETY: the caller's contract; `available` checked the arm's features.
-                $($r => unsafe { tile_avx512::<$r, { $pf }>(k, (a, strides), $panel, $c, c_row, $width) },)*
-                _ => unreachable!("a tile of {rows} rows"),
-            }
-        };
-        (tile_avx2($panel:expr, $c:expr, $width:expr), $($r:literal)*) => {
-            match rows {
-                // SAFETY: as above.
-                $($r => unsafe { tile_avx2::<$r>(k, (a, strides), $panel, $c, c_row, $width) },)*
+                $($r => unsafe { $kernel::<$r, $pf>((steps, accumulate), (a, strides), panel, c, pf) },)*
                 _ => unreachable!("a tile of {rows} rows"),
             }
         };
     }
-    if arm == Arm::Avx512 {
-        return match shape {
-            Avx512Tile::Amd => rows!(tile_avx512::<NO_PREFETCH>(panel, c, width), 1 2 3 4 5 6 7 8),
-            Avx512Tile::Intel => rows!(tile_avx512::<INTEL_PREFETCH>(panel, c, width), 1 2 3 4 5 6 7 8 9 10 11 12),
-        };
-    }
-    for half in (0..width).step_by(NR / 2) {
-        let cols = (width - half).min(NR / 2);
-        rows!(tile_avx2(panel.wrapping_add(half), c.wrapping_add(half), cols), 1 2 3 4 5 6);
+    match (arm, shape) {
+        (Arm::Avx512, Avx512Tile::Amd) => rows!(tile_avx512::<R, NO_PREFETCH>, 1 2 3 4 5 6 7 8),
+        (Arm::Avx512, Avx512Tile::Intel) => rows!(tile_avx512::<R, INTEL_PREFETCH>, 1 2 3 4 5 6 7 8 9 10 11 12),
+        _ => rows!(tile_avx2::<R, NO_PREFETCH>, 1 2 3 4 5 6),
     }
 }
 
-/// [`tile`] on AVX2: `R` rows (from `a` at its strides) by 16 columns (from
-/// `panel`, `NR` floats a step), `width` of them stored.
+/// A tile's output: its first element, the row stride and the columns stored.
+type Out = (*mut f32, usize, usize);
+/// Lines a tile fetches into L2 for the tiles after it: the first, how many, one every
+/// so many steps.
+type Fetch = (*const i8, usize, usize);
+
+/// [`tile`] on AVX2: `R` rows (from `a` at its strides) by 16 columns (from `panel`, `NR`
+/// floats a step), `width` of them stored, the panel prefetched `PF` steps ahead (none
+/// when 0).
 ///
 /// # Safety
-/// The host has AVX2 and FMA; `a` and `panel` hold `k` steps; `c` addresses `R` rows of
-/// `width` (<= 16) writable floats, `c_row` apart.
+/// The host has AVX2 and FMA; `a` and `panel` hold `steps` steps; `c` addresses `R` rows
+/// of `width` (<= 16) writable floats, `c_row` apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2<const R: usize>(
-    k: usize,
+unsafe fn tile_avx2<const R: usize, const PF: usize>(
+    (steps, accumulate): (usize, bool),
     (a, (ri, rp)): Rows,
     panel: *const f32,
-    c: *mut f32,
-    c_row: usize,
-    width: usize,
+    (c, c_row, width): Out,
+    (ahead, lines, every): Fetch,
 ) {
     use std::arch::x86_64::*;
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
-    for p in 0..k {
-        // SAFETY: p < k, i < R: inside the panel and the tile's rows of `a`.
+    if accumulate {
+        for i in 0..R {
+            let mut row = [0f32; 16];
+            // SAFETY: row i of c holds `width` (<= 16) floats; `row` 16.
+            unsafe {
+                let from = if width == 16 {
+                    c.add(i * c_row).cast_const()
+                } else {
+                    std::ptr::copy_nonoverlapping(c.add(i * c_row), row.as_mut_ptr(), width);
+                    row.as_ptr()
+                };
+                lo[i] = _mm256_loadu_ps(from);
+                hi[i] = _mm256_loadu_ps(from.add(8));
+            }
+        }
+    }
+    let (mut fetched, mut fetch_at) = (0, 0);
+    for p in 0..steps {
+        if PF > 0 {
+            // A prefetch never faults, past the panel's end too (hence wrapping_add).
+            _mm_prefetch::<_MM_HINT_T0>(panel.wrapping_add((p + PF) * NR).cast::<i8>());
+        }
+        if p == fetch_at && fetched < lines {
+            _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(fetched * 64));
+            fetched += 1;
+            fetch_at += every;
+        }
+        // SAFETY: p < steps, i < R: inside the panel and the tile's rows of `a`.
         unsafe {
             let b0 = _mm256_loadu_ps(panel.add(p * NR));
             let b1 = _mm256_loadu_ps(panel.add(p * NR + 8));
@@ -394,15 +520,18 @@ unsafe fn tile_avx2<const R: usize>(
         let mut row = [0f32; 16];
         // SAFETY: `row` holds 16 floats; row i of c holds `width` of them.
         unsafe {
-            _mm256_storeu_ps(row.as_mut_ptr(), lo[i]);
-            _mm256_storeu_ps(row.as_mut_ptr().add(8), hi[i]);
-            std::ptr::copy_nonoverlapping(row.as_ptr(), c.add(i * c_row), width);
+            let to = if width == 16 { c.add(i * c_row) } else { row.as_mut_ptr() };
+            _mm256_storeu_ps(to, lo[i]);
+            _mm256_storeu_ps(to.add(8), hi[i]);
+            if width < 16 {
+                std::ptr::copy_nonoverlapping(row.as_ptr(), c.add(i * c_row), width);
+            }
         }
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx2<const R: usize>(_: usize, _: Rows, _: *const f32, _: *mut f32, _: usize, _: usize) {
+unsafe fn tile_avx2<const R: usize, const PF: usize>(_: (usize, bool), _: Rows, _: *const f32, _: Out, _: Fetch) {
     unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
 
@@ -414,24 +543,34 @@ unsafe fn tile_avx2<const R: usize>(_: usize, _: Rows, _: *const f32, _: *mut f3
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 unsafe fn tile_avx512<const R: usize, const PF: usize>(
-    k: usize,
+    (steps, accumulate): (usize, bool),
     (a, (ri, rp)): Rows,
     panel: *const f32,
-    c: *mut f32,
-    c_row: usize,
-    width: usize,
+    (c, c_row, width): Out,
+    _: Fetch,
 ) {
     use std::arch::x86_64::*;
+    let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as u16 };
+    let (m0, m1) = (mask(width), mask(width.saturating_sub(16)));
     let mut lo = [_mm512_setzero_ps(); R];
     let mut hi = [_mm512_setzero_ps(); R];
-    for p in 0..k {
+    if accumulate {
+        for i in 0..R {
+            // SAFETY: row i < rows of c, its first `width` floats (masked loads).
+            unsafe {
+                lo[i] = _mm512_maskz_loadu_ps(m0, c.add(i * c_row));
+                hi[i] = _mm512_maskz_loadu_ps(m1, c.add(i * c_row + 16));
+            }
+        }
+    }
+    for p in 0..steps {
         if PF > 0 {
             // A prefetch never faults, past the panel's end too (hence wrapping_add).
             let ahead = panel.wrapping_add((p + PF) * NR).cast::<i8>();
             _mm_prefetch::<_MM_HINT_T0>(ahead);
             _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
         }
-        // SAFETY: p < k, i < R: inside the panel (k * NR floats) and the tile's rows of `a`.
+        // SAFETY: p < steps, i < R: inside the panel and the tile's rows of `a`.
         unsafe {
             let b0 = _mm512_loadu_ps(panel.add(p * NR));
             let b1 = _mm512_loadu_ps(panel.add(p * NR + 16));
@@ -442,8 +581,6 @@ unsafe fn tile_avx512<const R: usize, const PF: usize>(
             }
         }
     }
-    let mask = |w: usize| if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as u16 };
-    let (m0, m1) = (mask(width), mask(width.saturating_sub(16)));
     for i in 0..R {
         // SAFETY: row i < rows of c, its first `width` floats (masked stores).
         unsafe {
@@ -454,13 +591,6 @@ unsafe fn tile_avx512<const R: usize, const PF: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx512<const R: usize, const PF: usize>(
-    _: usize,
-    _: Rows,
-    _: *const f32,
-    _: *mut f32,
-    _: usize,
-    _: usize,
-) {
+unsafe fn tile_avx512<const R: usize, const PF: usize>(_: (usize, bool), _: Rows, _: *const f32, _: Out, _: Fetch) {
     unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
