@@ -323,9 +323,15 @@ impl ParamBuffer {
     }
 
     /// The weight (`n` rows of `k` values in `scheme`) as `q8_packed` reads it, repacked
-    /// on the first call after the bytes last changed. The caller holds the buffer's lock
-    /// (or it is borrowed, never written).
-    pub(crate) fn q8_packed(&self, scheme: QuantScheme, n: usize, k: usize) -> Result<Arc<Packed>> {
+    /// on the first call after the bytes last changed, on `workers` (else on the calling
+    /// thread alone). The caller holds the buffer's lock (or it is borrowed, never written).
+    pub(crate) fn q8_packed(
+        &self,
+        scheme: QuantScheme,
+        n: usize,
+        k: usize,
+        workers: Option<&rayon::ThreadPool>,
+    ) -> Result<Arc<Packed>> {
         let mut packed = self.0.q8_packed.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = packed.iter().find(|p| (p.scheme, p.n, p.k) == (scheme, n, k)) {
             return Ok(p.clone());
@@ -339,7 +345,11 @@ impl ParamBuffer {
         }
         // SAFETY: `bytes` bytes from `start`, not written while the caller holds the lock.
         let bytes = unsafe { std::slice::from_raw_parts(self.0.start.0, self.0.bytes) };
-        let p = Arc::new(Packed::new(scheme, bytes, n, k, self.0.page_release.as_ref()));
+        let repack = || Packed::new(scheme, bytes, n, k, self.0.page_release.as_ref());
+        let p = Arc::new(match workers {
+            Some(pool) => pool.install(repack),
+            None => crate::threads::inline(repack),
+        });
         packed.push(p.clone());
         Ok(p)
     }

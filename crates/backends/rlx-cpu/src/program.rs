@@ -458,7 +458,9 @@ impl CpuProgram {
             guards.extend(buffer.lock(&self.params[i].name, self.param_written[i])?);
         }
         let packing_started = started.map(|_| Instant::now());
-        refresh_packed(&mut self.thunks, &self.param_buffers, &self.param_written)?;
+        // A repack splits its weight across the program's workers (none when inline).
+        let workers = (!self.inline).then_some(&*self.pool);
+        refresh_packed(&mut self.thunks, &self.param_buffers, &self.param_written, workers)?;
         let packing = packing_started.map_or(Duration::ZERO, |t| t.elapsed());
         let pool = self.pool.clone();
         let (thunks, run_ends, bases) = (&self.thunks, &self.run_ends, &self.bases);
@@ -510,7 +512,12 @@ impl CpuProgram {
 /// current packing (made on first use after the bytes last changed, shared by every
 /// program holding the buffer). A param this program writes in place (a cache) is read
 /// where it lies: it changes during the run. Called with the params' locks held.
-fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], written: &[bool]) -> Result<()> {
+fn refresh_packed(
+    thunks: &mut [Thunk],
+    param_buffers: &[Option<ParamBuffer>],
+    written: &[bool],
+    workers: Option<&ThreadPool>,
+) -> Result<()> {
     let buffer_of = |slot: &TSlot| -> Option<&ParamBuffer> {
         if slot.base == 0 || slot.offset != 0 || written[slot.base - 1] {
             return None;
@@ -522,7 +529,7 @@ fn refresh_packed(thunks: &mut [Thunk], param_buffers: &[Option<ParamBuffer>], w
         let repacked = plan.activations != rlx_ir::ActivationQuant::F32
             && crate::kernels::q8_packed::available(plan.scheme, crate::features::Arm::best());
         plan.packed = match buffer_of(w) {
-            Some(buffer) if repacked => Some(buffer.q8_packed(plan.scheme, plan.n, plan.k)?),
+            Some(buffer) if repacked => Some(buffer.q8_packed(plan.scheme, plan.n, plan.k, workers)?),
             _ => None,
         };
         Ok(())

@@ -519,6 +519,27 @@ fn the_direct_tile_product_has_the_same_bits_on_avx2_and_avx512() {
     }
 }
 
+/// The 8-bit products on weights unpacked block by block (Q5_1, Q5_K; Q4_K and Q6_K
+/// without VNNI): the AVX2 lanes run the AVX-512 kernel's widening multiply-adds and FMAs
+/// in two halves, so the two give the same bits (where the host has both).
+#[test]
+fn the_unpacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
+    if Arm::best() < Arm::Avx512 {
+        return;
+    }
+    let mut rng = Rng::new(81);
+    for s in [QuantScheme::Q5_1, QuantScheme::Q5K] {
+        for (m, blocks, n) in [(1, 3, 17), (3, 1, 40)] {
+            let k = blocks * s.block_size().max(32);
+            let w = random_weights(&mut rng, s, n, k);
+            let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+            let plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q8, 1);
+            let run = |arm| arm_bits(&plan, arm, &x, &w);
+            assert!(run(Arm::Avx2) == run(Arm::Avx512), "{} m {m} k {k} n {n}: AVX2 and AVX-512 differ", s.name());
+        }
+    }
+}
+
 /// The 8-bit products on repacked weights: the AVX2 kernel's integer block sums and f32
 /// steps are the AVX-512 VNNI kernel's, so the two give the same bits (where the host has
 /// both), for every packable scheme, one and several activation rows, a partial group.
