@@ -455,6 +455,12 @@ fn rss_kib(field: &str) -> u64 {
     status_kib(Path::new("/proc/self/status"), field)
 }
 
+/// Lowers this process's peak resident set (VmHWM) to its current one (Linux 4.0+; a
+/// no-op elsewhere), so that a later peak covers only what ran after.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 /// A KiB field of a `/proc/PID/status` file (0 when absent).
 fn status_kib(status: &Path, field: &str) -> u64 {
     std::fs::read_to_string(status)
@@ -507,8 +513,13 @@ pub fn bench_llm(
     let mut rows = Vec::new();
     let mut llama_bench_peak_kib = 0;
     let mut llama_bench_repack_off = false;
+    // Peak RSS over the tests llama-bench also runs, and over all of them: the batched
+    // tests hold a KV cache per slot (8 x 23 MiB for SmolLM2 at context 1024).
+    let (mut peak_kib, mut batched_peak_kib) = (0, 0);
     for &t in threads {
-        measure_rlx(&path, t, batch, device, &mut rows)?;
+        reset_peak_rss();
+        peak_kib = peak_kib.max(measure_rlx(&path, t, batch, device, &mut rows)?);
+        batched_peak_kib = batched_peak_kib.max(rss_kib("VmHWM"));
         if let Some(bin) = &llama_bench {
             let run = run_llama_bench(bin, &path, t)?;
             llama_bench_peak_kib = llama_bench_peak_kib.max(run.peak_kib);
@@ -520,8 +531,7 @@ pub fn bench_llm(
             }
         }
     }
-    let peak_kib = rss_kib("VmHWM");
-    // After the peak is read: the probes' buffers are not the model's memory. One reads
+    // After the peaks are read: the probes' buffers are not the model's memory. One reads
     // past the last-level cache (the DRAM roof), one a token's weight bytes (the roof
     // where the caches hold the weights, as a 300 MiB L3 does).
     let bandwidth = if device == Device::Cpu {
@@ -585,6 +595,9 @@ pub fn bench_llm(
         println!();
     }
     println!("peak RSS: rlx {:.1} MiB (process before loading: {:.1} MiB)", mib(peak_kib), mib(baseline_kib));
+    if !batch.is_empty() {
+        println!("          {:.1} MiB with the batched tests' KV caches (one a slot)", mib(batched_peak_kib));
+    }
     if llama_bench.is_some() {
         println!(
             "          llama-bench {:.1} MiB; rlx / llama-bench: {:.2}x",
@@ -610,8 +623,9 @@ pub fn bench_llm(
     Ok(())
 }
 
-/// RLX's rows at `t` threads: pp512, tg128 and each `tg128 xN` of `batch`.
-fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mut Vec<Row>) -> Result<()> {
+/// RLX's rows at `t` threads: pp512, tg128 and each `tg128 xN` of `batch`. Returns the
+/// peak RSS (KiB) before the batched tests.
+fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mut Vec<Row>) -> Result<u64> {
     let mut m =
         Llama::load(path, &LlamaOptions { context: CONTEXT, threads: Some(t), device, ..LlamaOptions::default() })?;
     let vocab = m.config.vocab;
@@ -646,6 +660,7 @@ fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mu
         let runs = (0..REPS).map(|_| tg_after(filled)).collect::<Result<Vec<_>>>()?;
         rows.push(Row { threads: t, test, rlx: median(runs), anchor: None });
     }
+    let peak_kib = rss_kib("VmHWM");
     for &b in batch {
         // `b` sequences, each after a 16-token prompt of its own, decoded together:
         // tokens of all of them per second.
@@ -666,7 +681,7 @@ fn measure_rlx(path: &Path, t: usize, batch: &[usize], device: Device, rows: &mu
         let runs = (0..REPS).map(|_| tg_batch()).collect::<Result<Vec<_>>>()?;
         rows.push(Row { threads: t, test: format!("tg{TG}x{b}"), rlx: median(runs), anchor: None });
     }
-    Ok(())
+    Ok(peak_kib)
 }
 
 /// Bytes of weights a decode step reads: every tensor but the token embedding, which a
