@@ -1197,6 +1197,10 @@ mod x86 {
     /// [`RowPairs`]: each output is computed as with one row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_rows_q4k_vnni_avx512<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
+        if A == 1 {
+            // SAFETY: as the caller guarantees.
+            return unsafe { dot_row_q4k_vnni_avx512(w, &acts[0], outs[0]) };
+        }
         let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
         let bb = QuantScheme::Q4K.block_bytes();
         let rb = w.len() / outs[0].len().max(1);
@@ -1236,6 +1240,87 @@ mod x86 {
                     }
                 }
             })
+        }
+    }
+
+    /// [`dot_rows_q4k_vnni_avx512`] for one activation row, in fewer instructions: a
+    /// super-block's 8 scales and mins unpacked as two 32-bit words each and their scalar
+    /// products (`d sc`, times the activation scales; `dmin m`, times the activation sums)
+    /// taken 8 lanes at once, each lane the operation the scalar code does. The same bits:
+    /// the 8-lane chain `acc = fma(cvt(dot(q, x)), d sc d_x, acc)` in sub-block order, then
+    /// the mins' terms subtracted one by one in order. At 1 activation row the general
+    /// kernel's loop ran ~260 instructions a super-block, most of them scalar scale
+    /// handling. One thread, AMD EPYC Zen 4, `vpdpbusd` kernel alone (best of 36): a cold
+    /// 640 x 2048 Q4_K weight 7.4-7.8 -> 9.2-10.3 GB/s, a 65536 x 2048 one 8.9-9.2 ->
+    /// 12.2-12.8 GB/s; Gemma 3 270M decode, 1 thread, 67.9-70.0 -> 71.4-72.3 tok/s.
+    /// Two columns at a time (their chains interleaved) was slower: 12.5 -> 11.0 GB/s.
+    ///
+    /// # Safety
+    /// As `dot_rows_q4k_vnni_avx512`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dot_row_q4k_vnni_avx512(w: &[u8], act: &Q8Row, out: &mut [f32]) {
+        let bb = QuantScheme::Q4K.block_bytes();
+        let rb = w.len() / out.len().max(1);
+        let blocks = rb / bb;
+        assert!(act.q.len() >= blocks * 256 && act.d.len() >= blocks * 8 && act.s.len() >= blocks * 8);
+        // SAFETY (whole body): `q4k_block` reads a block's 144 bytes and the activation
+        // row's super-block `c < blocks` (checked above); the features are enabled here.
+        unsafe {
+            for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
+                let (mut acc, mut offset) = (_mm256_setzero_ps(), 0f32);
+                for c in 0..blocks {
+                    q4k_block(&row[c * bb..][..bb], act, c, &mut acc, &mut offset);
+                }
+                out[col] = hsum8(acc) + offset;
+            }
+        }
+    }
+
+    /// One Q4_K super-block `wb` of [`dot_row_q4k_vnni_avx512`] against the activation
+    /// row's super-block `c`, into a column's accumulator and mins' term.
+    ///
+    /// # Safety
+    /// `wb` holds 144 bytes; the row holds super-block `c`; the caller has AVX-512 VL,
+    /// VNNI, FMA and F16C.
+    #[inline(always)]
+    unsafe fn q4k_block(wb: &[u8], act: &Q8Row, c: usize, acc: &mut __m256, offset: &mut f32) {
+        let word = |at: usize| u32::from_le_bytes([wb[at], wb[at + 1], wb[at + 2], wb[at + 3]]);
+        // SAFETY: as the caller guarantees.
+        unsafe {
+            prefetch_block(wb);
+            let first = c * 8;
+            let (d, dmin) = (super::f16_at(wb, 0), super::f16_at(wb, 2));
+            // rlx_ir::quant::k_scale_min on words: a byte's bits 6-7 shifted right by 2
+            // (into 4-5) and masked; what shifts in from the next byte lands in bits 6-7
+            // and is masked away.
+            let (w0, w1, w2) = (word(4), word(8), word(12));
+            let sc = (w0 & 0x3F3F_3F3F) as u64 | (((w2 & 0x0F0F_0F0F) | ((w0 >> 2) & 0x3030_3030)) as u64) << 32;
+            let mn = (w1 & 0x3F3F_3F3F) as u64 | ((((w2 >> 4) & 0x0F0F_0F0F) | ((w1 >> 2) & 0x3030_3030)) as u64) << 32;
+            let widen = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
+            // Per lane j: (d * sc_j) * d_x and (dmin * m_j) * s_x, as the scalar code.
+            let scales =
+                _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), widen(sc)), _mm256_loadu_ps(act.d.as_ptr().add(first)));
+            let mins = _mm256_mul_ps(
+                _mm256_mul_ps(_mm256_set1_ps(dmin), widen(mn)),
+                _mm256_loadu_ps(act.s.as_ptr().add(first)),
+            );
+            let mask = _mm256_set1_epi8(0x0F);
+            for pair in 0..4 {
+                let qs = _mm256_loadu_si256(wb[16 + pair * 32..].as_ptr().cast());
+                let low = _mm256_and_si256(qs, mask);
+                let high = _mm256_and_si256(_mm256_srli_epi16::<4>(qs), mask);
+                for (j, q) in [(2 * pair, low), (2 * pair + 1, high)] {
+                    let x = _mm256_loadu_si256(act.q.as_ptr().add((first + j) * 32).cast());
+                    let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
+                    let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(j as i32));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
+                }
+            }
+            let mut terms = [0f32; 8];
+            _mm256_storeu_ps(terms.as_mut_ptr(), mins);
+            for t in terms {
+                *offset -= t;
+            }
         }
     }
 
