@@ -519,17 +519,19 @@ fn the_direct_tile_product_has_the_same_bits_on_avx2_and_avx512() {
     }
 }
 
-/// The 8-bit products on weights unpacked block by block (Q5_1, Q5_K; Q4_K and Q6_K
-/// without VNNI): the AVX2 lanes run the AVX-512 kernel's widening multiply-adds and FMAs
-/// in two halves, so the two give the same bits (where the host has both).
+/// The 8-bit products on weights unpacked block by block (Q5_1, Q5_K): the AVX2 lanes run
+/// the AVX-512 kernel's widening multiply-adds and FMAs in two halves; and the Q4_K and
+/// Q6_K row kernels (`vpmaddubsw` + `vpmaddwd` on AVX2, `vpdpbusd` with VNNI) form the same
+/// integer sums and f32 steps, at one activation row and at several. So the two arms give
+/// the same bits (where the host has both).
 #[test]
 fn the_unpacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
     if Arm::best() < Arm::Avx512 {
         return;
     }
     let mut rng = Rng::new(81);
-    for s in [QuantScheme::Q5_1, QuantScheme::Q5K] {
-        for (m, blocks, n) in [(1, 3, 17), (3, 1, 40)] {
+    for s in [QuantScheme::Q5_1, QuantScheme::Q5K, QuantScheme::Q4K, QuantScheme::Q6K] {
+        for (m, blocks, n) in [(1, 3, 17), (3, 1, 40), (8, 2, 9)] {
             let k = blocks * s.block_size().max(32);
             let w = random_weights(&mut rng, s, n, k);
             let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();

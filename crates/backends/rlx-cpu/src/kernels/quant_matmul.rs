@@ -1191,273 +1191,158 @@ mod x86 {
     }
 
     /// Q4_K rows, whose quants are unsigned under the sub-block mins: 32 weights a
-    /// `vpdpbusd` against the activation block, the mins' terms through the blocks'
-    /// activation sums (`Q8Row::s`). Gemma 3 270M decode, 1 thread (AMD EPYC): 40 tok/s
-    /// with the `vpmaddwd` path, 51 with this one. `A` activation rows at once, see
-    /// [`RowPairs`]: each output is computed as with one row.
+    /// `vpdpbusd` against the activation block, `A` activation rows at once ([`q4k_rows`]).
+    /// Gemma 3 270M decode, 1 thread (AMD EPYC Zen 4): 40 tok/s with the `vpmaddwd` path,
+    /// 51 with `vpdpbusd`, 67.9-70.0 -> 71.4-72.3 with the scales taken 8 lanes at once.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_rows_q4k_vnni_avx512<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        if A == 1 {
-            // SAFETY: as the caller guarantees.
-            return unsafe { dot_row_q4k_vnni_avx512(w, &acts[0], outs[0]) };
+        // SAFETY: as the caller guarantees.
+        unsafe { q4k_rows::<Vnni, A>(w, acts, outs) }
+    }
+
+    /// The integer dot of 32 unsigned weight bytes with 32 signed activation bytes, as 8
+    /// lane sums (of 4 products each); every arm's sums are the same integers.
+    trait ByteDot {
+        /// # Safety
+        /// The caller has the arm's features.
+        unsafe fn dot(u: __m256i, x: __m256i) -> __m256i;
+
+        /// `dot(u, x) - dot(32, x)`: Q6_K's quants stored `q + 32`, for `u` at most 63.
+        ///
+        /// # Safety
+        /// As [`ByteDot::dot`].
+        unsafe fn dot_less_32(u: __m256i, x: __m256i) -> __m256i;
+    }
+
+    /// `vpdpbusd` (AVX-512 VL + VNNI).
+    struct Vnni;
+
+    impl ByteDot for Vnni {
+        #[inline(always)]
+        unsafe fn dot(u: __m256i, x: __m256i) -> __m256i {
+            // SAFETY: the caller has AVX-512 VL and VNNI.
+            unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x) }
         }
+
+        #[inline(always)]
+        unsafe fn dot_less_32(u: __m256i, x: __m256i) -> __m256i {
+            // SAFETY: the caller has AVX-512 VL and VNNI.
+            unsafe { _mm256_sub_epi32(Self::dot(u, x), Self::dot(_mm256_set1_epi8(32), x)) }
+        }
+    }
+
+    /// `vpmaddubsw` then `vpmaddwd` by ones (AVX2): the 16-bit pair sums do not saturate
+    /// for Q4_K's quants (at most 15 x 128 x 2).
+    struct Maddubs;
+
+    impl ByteDot for Maddubs {
+        #[inline(always)]
+        unsafe fn dot(u: __m256i, x: __m256i) -> __m256i {
+            // SAFETY: the caller has AVX2.
+            unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)) }
+        }
+
+        #[inline(always)]
+        unsafe fn dot_less_32(u: __m256i, x: __m256i) -> __m256i {
+            // SAFETY: the caller has AVX2; the 16-bit differences fit (at most 63 x 128 x 2
+            // + 32 x 128 x 2 in magnitude).
+            unsafe {
+                let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), _mm256_maddubs_epi16(_mm256_set1_epi8(32), x));
+                _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+            }
+        }
+    }
+
+    /// Q4_K rows times `A` activation rows, each weight block unpacked once for all: per
+    /// row an 8-lane chain `acc = fma(cvt(dot(q, x)), d sc_j d_x, acc)` over the sub-blocks
+    /// in order, and the mins' terms `(dmin m_j) s_x` subtracted one by one in order; the
+    /// output is the chain's lanes summed plus those. A row's operations do not depend on
+    /// `A` or on the arm (the same bits alone, in a batch, with or without VNNI). The
+    /// super-block's scales are unpacked and scaled 8 lanes at once ([`q4k_scales_avx2`]):
+    /// per sub-block and row, the scalar code before spent ~260 instructions a super-block
+    /// at one row. One thread, AMD EPYC Zen 4, cold weights, kernel alone, GB/s before ->
+    /// after: `vpdpbusd` at 1 row, 640 x 2048 7.4-7.8 -> 9.2-10.3, 65536 x 2048 8.9-9.2 ->
+    /// 12.2-12.8; AVX2 at 1 row 6.8-7.1 -> 8.5-8.8 and 7.1-8.6 -> 9.7-11.0, at 8 rows
+    /// 65536 x 2048 35.3-35.6 -> 29.0-29.2 ms; `vpdpbusd` at 8 rows, where pairs of rows
+    /// in 512-bit registers ran before, 42.3-42.4 -> 21.8 ms. Two columns at a time (their
+    /// chains interleaved) was slower: 12.5 -> 11.0 GB/s; the loop is bound by its
+    /// instructions.
+    ///
+    /// # Safety
+    /// The caller has AVX2, FMA, F16C and `D`'s features; `w` holds whole rows of whole
+    /// blocks, one per `outs[i]` column, and every activation row as many blocks.
+    #[inline(always)]
+    unsafe fn q4k_rows<D: ByteDot, const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
         let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
         let bb = QuantScheme::Q4K.block_bytes();
         let rb = w.len() / outs[0].len().max(1);
-        let f16 = |b: &[u8], at: usize| super::f16_at(b, at);
-        // SAFETY (whole body): every load reads inside a block's bytes, an activation row
-        // (whole blocks) or the pairs' scratch, and the features are enabled on this
-        // function.
-        unsafe {
-            RowPairs::<A>::with_avx512(acts, false, |pairs| {
-                let mask = _mm256_set1_epi8(0x0F);
-                for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                    let mut acc = pairs.zero();
-                    // The mins' terms, -dmin m s.
-                    let mut offsets = [0f32; A];
-                    for (c, wb) in row.chunks_exact(bb).enumerate() {
-                        prefetch_block(wb);
-                        let first = c * 8;
-                        let (d, dmin) = (f16(wb, 0), f16(wb, 2));
-                        let (sc, mn) = rlx_ir::quant::k_scale_min(&wb[4..16]);
-                        for pair in 0..4 {
-                            let qs = _mm256_loadu_si256(wb[16 + pair * 32..].as_ptr().cast());
-                            let low = _mm256_and_si256(qs, mask);
-                            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(qs), mask);
-                            for (j, q) in [(2 * pair, low), (2 * pair + 1, high)] {
-                                // Per row: fma(cvt(dot(q, x)), scale * d_x, acc).
-                                pairs.add(&mut acc, first + j, q, Scale::Scalar(d * sc[j] as f32));
-                            }
-                        }
-                        for (a, offset) in acts.iter().zip(&mut offsets) {
-                            for (m, s) in mn.iter().zip(&a.s[first..first + 8]) {
-                                *offset -= dmin * *m as f32 * s;
-                            }
-                        }
-                    }
-                    for (i, offset) in offsets.iter().enumerate() {
-                        outs[i][col] = pairs.sum(&acc, i) + offset;
-                    }
-                }
-            })
-        }
-    }
-
-    /// [`dot_rows_q4k_vnni_avx512`] for one activation row, in fewer instructions: a
-    /// super-block's 8 scales and mins unpacked as two 32-bit words each and their scalar
-    /// products (`d sc`, times the activation scales; `dmin m`, times the activation sums)
-    /// taken 8 lanes at once, each lane the operation the scalar code does. The same bits:
-    /// the 8-lane chain `acc = fma(cvt(dot(q, x)), d sc d_x, acc)` in sub-block order, then
-    /// the mins' terms subtracted one by one in order. At 1 activation row the general
-    /// kernel's loop ran ~260 instructions a super-block, most of them scalar scale
-    /// handling. One thread, AMD EPYC Zen 4, `vpdpbusd` kernel alone (best of 36): a cold
-    /// 640 x 2048 Q4_K weight 7.4-7.8 -> 9.2-10.3 GB/s, a 65536 x 2048 one 8.9-9.2 ->
-    /// 12.2-12.8 GB/s; Gemma 3 270M decode, 1 thread, 67.9-70.0 -> 71.4-72.3 tok/s.
-    /// Two columns at a time (their chains interleaved) was slower: 12.5 -> 11.0 GB/s.
-    ///
-    /// # Safety
-    /// As `dot_rows_q4k_vnni_avx512`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    unsafe fn dot_row_q4k_vnni_avx512(w: &[u8], act: &Q8Row, out: &mut [f32]) {
-        let bb = QuantScheme::Q4K.block_bytes();
-        let rb = w.len() / out.len().max(1);
         let blocks = rb / bb;
-        assert!(act.q.len() >= blocks * 256 && act.d.len() >= blocks * 8 && act.s.len() >= blocks * 8);
-        // SAFETY (whole body): `q4k_block` reads a block's 144 bytes and the activation
-        // row's super-block `c < blocks` (checked above); the features are enabled here.
+        assert!(acts.iter().all(|a| a.q.len() >= blocks * 256 && a.d.len() >= blocks * 8 && a.s.len() >= blocks * 8));
+        // SAFETY (whole body): every load reads inside a block's 144 bytes or an
+        // activation row's first `blocks` super-blocks (checked above); the caller has
+        // the features.
         unsafe {
+            let low = _mm256_set1_epi8(0x0F);
             for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                let (mut acc, mut offset) = (_mm256_setzero_ps(), 0f32);
-                for c in 0..blocks {
-                    q4k_block(&row[c * bb..][..bb], act, c, &mut acc, &mut offset);
+                let mut acc = [_mm256_setzero_ps(); A];
+                let mut mins = [0f32; A];
+                for (c, wb) in row.chunks_exact(bb).enumerate() {
+                    prefetch_block(wb);
+                    let first = c * 8;
+                    let (sw, mw) = q4k_scales_avx2(wb);
+                    // Per row and lane j: (d sc_j) d_x and (dmin m_j) s_x, as scalars would.
+                    let mut scales = [_mm256_setzero_ps(); A];
+                    for (i, a) in acts.iter().enumerate() {
+                        scales[i] = _mm256_mul_ps(sw, _mm256_loadu_ps(a.d.as_ptr().add(first)));
+                        let mut terms = [0f32; 8];
+                        _mm256_storeu_ps(
+                            terms.as_mut_ptr(),
+                            _mm256_mul_ps(mw, _mm256_loadu_ps(a.s.as_ptr().add(first))),
+                        );
+                        for t in terms {
+                            mins[i] -= t;
+                        }
+                    }
+                    for pair in 0..4 {
+                        let packed = _mm256_loadu_si256(wb[16 + 32 * pair..].as_ptr().cast());
+                        let nibbles =
+                            [_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low)];
+                        for (half, &u) in nibbles.iter().enumerate() {
+                            let j = 2 * pair + half;
+                            let lane = _mm256_set1_epi32(j as i32);
+                            for (i, a) in acts.iter().enumerate() {
+                                let x = _mm256_loadu_si256(a.q.as_ptr().add((first + j) * 32).cast());
+                                let isum = _mm256_cvtepi32_ps(D::dot(u, x));
+                                acc[i] = _mm256_fmadd_ps(isum, _mm256_permutevar8x32_ps(scales[i], lane), acc[i]);
+                            }
+                        }
+                    }
                 }
-                out[col] = hsum8(acc) + offset;
+                for (i, out) in outs.iter_mut().enumerate() {
+                    out[col] = hsum8(acc[i]) + mins[i];
+                }
             }
         }
     }
 
-    /// One Q4_K super-block `wb` of [`dot_row_q4k_vnni_avx512`] against the activation
-    /// row's super-block `c`, into a column's accumulator and mins' term.
+    /// A Q4_K super-block's 8 sub-block scales `d sc_j` and mins `dmin m_j` as 8 lanes, each
+    /// the product the scalar code forms (`d * sc_j as f32`): `rlx_ir::quant::k_scale_min`'s
+    /// bit operations on 32-bit words, a byte's bits 6-7 shifted right by 2 (into 4-5) and
+    /// masked; what shifts in from the next byte lands in bits 6-7 and is masked away.
     ///
     /// # Safety
-    /// `wb` holds 144 bytes; the row holds super-block `c`; the caller has AVX-512 VL,
-    /// VNNI, FMA and F16C.
+    /// `wb` holds a Q4_K block (144 bytes); the caller has AVX2 and F16C.
     #[inline(always)]
-    unsafe fn q4k_block(wb: &[u8], act: &Q8Row, c: usize, acc: &mut __m256, offset: &mut f32) {
+    unsafe fn q4k_scales_avx2(wb: &[u8]) -> (__m256, __m256) {
         let word = |at: usize| u32::from_le_bytes([wb[at], wb[at + 1], wb[at + 2], wb[at + 3]]);
-        // SAFETY: as the caller guarantees.
+        let (d, dmin) = (super::f16_at(wb, 0), super::f16_at(wb, 2));
+        let (w0, w1, w2) = (word(4), word(8), word(12));
+        let sc = (w0 & 0x3F3F_3F3F) as u64 | (((w2 & 0x0F0F_0F0F) | ((w0 >> 2) & 0x3030_3030)) as u64) << 32;
+        let mn = (w1 & 0x3F3F_3F3F) as u64 | ((((w2 >> 4) & 0x0F0F_0F0F) | ((w1 >> 2) & 0x3030_3030)) as u64) << 32;
+        // SAFETY: the caller has AVX2.
         unsafe {
-            prefetch_block(wb);
-            let first = c * 8;
-            let (d, dmin) = (super::f16_at(wb, 0), super::f16_at(wb, 2));
-            // rlx_ir::quant::k_scale_min on words: a byte's bits 6-7 shifted right by 2
-            // (into 4-5) and masked; what shifts in from the next byte lands in bits 6-7
-            // and is masked away.
-            let (w0, w1, w2) = (word(4), word(8), word(12));
-            let sc = (w0 & 0x3F3F_3F3F) as u64 | (((w2 & 0x0F0F_0F0F) | ((w0 >> 2) & 0x3030_3030)) as u64) << 32;
-            let mn = (w1 & 0x3F3F_3F3F) as u64 | ((((w2 >> 4) & 0x0F0F_0F0F) | ((w1 >> 2) & 0x3030_3030)) as u64) << 32;
             let widen = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
-            // Per lane j: (d * sc_j) * d_x and (dmin * m_j) * s_x, as the scalar code.
-            let scales =
-                _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), widen(sc)), _mm256_loadu_ps(act.d.as_ptr().add(first)));
-            let mins = _mm256_mul_ps(
-                _mm256_mul_ps(_mm256_set1_ps(dmin), widen(mn)),
-                _mm256_loadu_ps(act.s.as_ptr().add(first)),
-            );
-            let mask = _mm256_set1_epi8(0x0F);
-            for pair in 0..4 {
-                let qs = _mm256_loadu_si256(wb[16 + pair * 32..].as_ptr().cast());
-                let low = _mm256_and_si256(qs, mask);
-                let high = _mm256_and_si256(_mm256_srli_epi16::<4>(qs), mask);
-                for (j, q) in [(2 * pair, low), (2 * pair + 1, high)] {
-                    let x = _mm256_loadu_si256(act.q.as_ptr().add((first + j) * 32).cast());
-                    let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
-                    let scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(j as i32));
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, *acc);
-                }
-            }
-            let mut terms = [0f32; 8];
-            _mm256_storeu_ps(terms.as_mut_ptr(), mins);
-            for t in terms {
-                *offset -= t;
-            }
-        }
-    }
-
-    /// A K-quant sub-block's scale: one value (Q4_K), or 8 lanes (Q6_K's two 16-value
-    /// sub-blocks, 4 lanes each).
-    #[derive(Clone, Copy)]
-    enum Scale {
-        Scalar(f32),
-        Lanes(__m256),
-    }
-
-    /// The activation side of the K-quant row kernels for `A` rows: rows `2p` and `2p + 1`
-    /// share 512-bit registers (one half each), so a 32-value block costs one `vpdpbusd`,
-    /// one conversion, one scale product and one FMA per two rows instead of per row;
-    /// each half computes exactly the 8 lanes one row's 256-bit code computes, in the same
-    /// order (the same bits). Per block and pair, the scratch holds the two rows' quants
-    /// (64 bytes), their `32 x` sums when `sums` (Q6_K's offset), and their scales (8
-    /// lanes each); an odd last row takes the 256-bit code.
-    struct RowPairs<'a, const A: usize> {
-        acts: &'a [Q8Row<'a>; A],
-        scratch: &'a [i32],
-        sums: bool,
-    }
-
-    /// Accumulators of [`RowPairs`]: the pairs of a pass and an odd row.
-    struct Acc {
-        pairs: [__m512; super::ROWS_PASS / 2],
-        odd: __m256,
-    }
-
-    impl<'a, const A: usize> RowPairs<'a, A> {
-        const PAIRS: usize = A / 2;
-        /// i32 words of scratch per block and pair: quants, sums, scales.
-        const WORDS: usize = 48;
-
-        /// Runs `f` with the pairs' scratch filled from `acts` (none for one row without
-        /// sums: Q4_K's one-row kernel then runs as a plain loop, 56 -> 45 us for 640 x
-        /// 1024 on one thread).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        #[inline]
-        unsafe fn with_avx512<R>(acts: &'a [Q8Row<'a>; A], sums: bool, f: impl FnOnce(&RowPairs<'_, A>) -> R) -> R {
-            if Self::PAIRS == 0 && !(sums && A % 2 == 1) {
-                return f(&RowPairs { acts, scratch: &[], sums });
-            }
-            let blocks = acts[0].q.len() / 32;
-            // SAFETY: the callers have AVX-512 F/BW/VL and VNNI; every store lands in the
-            // scratch of `blocks * (PAIRS * WORDS + 8)` words.
-            unsafe {
-                crate::threads::with_scratch::<i32, _>(blocks * (Self::PAIRS * Self::WORDS + 8), |scratch| {
-                    let thirty_two = _mm256_set1_epi8(32);
-                    let block_sum = |x: __m256i| _mm256_dpbusd_epi32(_mm256_setzero_si256(), thirty_two, x);
-                    for at in 0..blocks {
-                        let x = |i: usize| _mm256_loadu_si256(acts[i].q[at * 32..].as_ptr().cast());
-                        for p in 0..Self::PAIRS {
-                            let base = scratch[(at * Self::PAIRS + p) * Self::WORDS..].as_mut_ptr();
-                            let (x0, x1) = (x(2 * p), x(2 * p + 1));
-                            _mm256_storeu_si256(base.cast(), x0);
-                            _mm256_storeu_si256(base.add(8).cast(), x1);
-                            if sums {
-                                _mm256_storeu_si256(base.add(16).cast(), block_sum(x0));
-                                _mm256_storeu_si256(base.add(24).cast(), block_sum(x1));
-                            }
-                            _mm256_storeu_ps(base.add(32).cast(), _mm256_set1_ps(acts[2 * p].d[at]));
-                            _mm256_storeu_ps(base.add(40).cast(), _mm256_set1_ps(acts[2 * p + 1].d[at]));
-                        }
-                        if A % 2 == 1 && sums {
-                            let odd = scratch[blocks * Self::PAIRS * Self::WORDS + at * 8..].as_mut_ptr();
-                            _mm256_storeu_si256(odd.cast(), block_sum(x(A - 1)));
-                        }
-                    }
-                    f(&RowPairs { acts, scratch, sums })
-                })
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn zero(&self) -> Acc {
-            // SAFETY: the callers have AVX-512 F.
-            unsafe { Acc { pairs: [_mm512_setzero_ps(); super::ROWS_PASS / 2], odd: _mm256_setzero_ps() } }
-        }
-
-        /// Adds block `at`'s products with the quants `u` (32 unsigned bytes), scaled by
-        /// `scale` times each row's block scale, to every row's accumulator.
-        #[inline(always)]
-        unsafe fn add(&self, acc: &mut Acc, at: usize, u: __m256i, scale: Scale) {
-            // SAFETY: the callers have AVX-512 F/BW/VL/DQ and VNNI; the loads read the
-            // scratch `with_avx512` filled and the rows' whole blocks.
-            unsafe {
-                let u2 = _mm512_broadcast_i64x4(u);
-                let scale2 = match scale {
-                    Scale::Scalar(s) => _mm512_set1_ps(s),
-                    Scale::Lanes(s) => _mm512_broadcast_f32x8(s),
-                };
-                for p in 0..Self::PAIRS {
-                    let base = self.scratch[(at * Self::PAIRS + p) * Self::WORDS..].as_ptr();
-                    let mut dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u2, _mm512_loadu_si512(base.cast()));
-                    if self.sums {
-                        dot = _mm512_sub_epi32(dot, _mm512_loadu_si512(base.add(16).cast()));
-                    }
-                    let d = _mm512_loadu_ps(base.add(32).cast());
-                    // Scalar: the products `scale * d` per row, as one row's code forms them.
-                    let scale = _mm512_mul_ps(scale2, d);
-                    acc.pairs[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc.pairs[p]);
-                }
-                if A % 2 == 1 {
-                    let a = &self.acts[A - 1];
-                    let x = _mm256_loadu_si256(a.q[at * 32..].as_ptr().cast());
-                    let mut dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x);
-                    if self.sums {
-                        let blocks = a.q.len() / 32;
-                        let odd = self.scratch[blocks * Self::PAIRS * Self::WORDS + at * 8..].as_ptr();
-                        dot = _mm256_sub_epi32(dot, _mm256_loadu_si256(odd.cast()));
-                    }
-                    let scale = match scale {
-                        Scale::Scalar(s) => _mm256_set1_ps(s * a.d[at]),
-                        Scale::Lanes(s) => _mm256_mul_ps(s, _mm256_set1_ps(a.d[at])),
-                    };
-                    acc.odd = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc.odd);
-                }
-            }
-        }
-
-        /// Row `i`'s dot product: its 8 lanes summed.
-        #[inline(always)]
-        unsafe fn sum(&self, acc: &Acc, i: usize) -> f32 {
-            // SAFETY: the callers have AVX-512 F/DQ.
-            unsafe {
-                if i == A - 1 && A % 2 == 1 {
-                    return hsum8(acc.odd);
-                }
-                let pair = acc.pairs[i / 2];
-                hsum8(if i.is_multiple_of(2) {
-                    _mm512_castps512_ps256(pair)
-                } else {
-                    _mm512_extractf32x8_ps::<1>(pair)
-                })
-            }
+            (_mm256_mul_ps(_mm256_set1_ps(d), widen(sc)), _mm256_mul_ps(_mm256_set1_ps(dmin), widen(mn)))
         }
     }
 
@@ -1513,116 +1398,56 @@ mod x86 {
         }
     }
 
-    /// Q6_K rows: each 32 values' quants (6 bits, stored `q + 32`, unpacked from the low
-    /// and high bit planes in registers) one `vpdpbusd` against the activation block, less
-    /// that block's `32 x` sums (one `vpdpbusd` per activation block and call), each lane
-    /// pair of 16-value sub-blocks scaled by its own scale. Gemma 3 270M's ffn_down shape
-    /// (640 x 2048), 1 thread (AMD EPYC): 100-137 -> 54 us a product hot, 104 -> 70 us
-    /// cold, against the `vpmaddwd` path; in the model 0.20-0.25 -> 0.15 ms, and a decode
-    /// step 16.4-16.6 -> 15.6-16.2 ms. `A` activation rows at once, see [`RowPairs`].
+    /// Q6_K rows times `A` activation rows ([`q6k_rows`]) with `vpdpbusd`. Gemma 3 270M's
+    /// ffn_down shape (640 x 2048), 1 thread (AMD EPYC): 100-137 -> 54 us a product hot,
+    /// 104 -> 70 us cold, against the `vpmaddwd` path; in the model 0.20-0.25 -> 0.15 ms.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn dot_rows_q6k_vnni_avx512<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
-        let bb = QuantScheme::Q6K.block_bytes();
-        let rb = w.len() / outs[0].len().max(1);
-        // SAFETY (whole body): every load reads inside a block's bytes (ql at 0, qh at 128,
-        // the scales at 192, d at 208 of 210) or what `RowPairs` reads; the features are
-        // enabled on this function.
-        unsafe {
-            RowPairs::<A>::with_avx512(acts, true, |pairs| {
-                // Lanes 0-3 take sub-block scale 2j, lanes 4-7 scale 2j + 1.
-                let pick: [__m512i; 8] = std::array::from_fn(|j| {
-                    let (e, o) = (2 * j as i32, 2 * j as i32 + 1);
-                    _mm512_setr_epi32(e, e, e, e, o, o, o, o, 0, 0, 0, 0, 0, 0, 0, 0)
-                });
-                for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                    let mut acc = pairs.zero();
-                    for (c, wb) in row.chunks_exact(bb).enumerate() {
-                        prefetch_block(wb);
-                        let first = c * 8;
-                        let scales =
-                            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(wb[192..].as_ptr().cast())));
-                        let scales = _mm512_mul_ps(scales, _mm512_set1_ps(super::f16_at(wb, 208)));
-                        for h in 0..2 {
-                            for (k, &u) in q6k_half_quants(wb, h).iter().enumerate() {
-                                let j = 4 * h + k;
-                                let scale = _mm512_castps512_ps256(_mm512_permutexvar_ps(pick[j], scales));
-                                // Per row: fma(cvt(dot(u, x) - 32 sum(x)), scale * d_x, acc).
-                                pairs.add(&mut acc, first + j, u, Scale::Lanes(scale));
-                            }
-                        }
-                    }
-                    for (i, out) in outs.iter_mut().enumerate() {
-                        out[col] = pairs.sum(&acc, i);
-                    }
-                }
-            })
-        }
+        // SAFETY: as the caller guarantees.
+        unsafe { q6k_rows::<Vnni, A>(w, acts, outs) }
     }
 
-    /// Q4_K rows on AVX2 without VNNI, `A` activation rows at once (each weight block
-    /// unpacked once for all): each 32 values' nibbles `vpmaddubsw` against the
-    /// activation block (16-bit sums, at most 15 x 128 x 2), widened by `vpmaddwd`, scaled
-    /// by `d x scale` of the sub-block; the minimums' terms (`dmin x min x` the activation
-    /// block's scaled sum) one scalar chain a row. A row's operations do not depend on
-    /// `A`: the same bits alone or in a batch.
+    /// Q4_K rows on AVX2 without VNNI, `A` activation rows at once ([`q4k_rows`]): each 32
+    /// values' nibbles `vpmaddubsw` against the activation block, widened by `vpmaddwd`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_rows_q4k_avx2<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
-        let bb = QuantScheme::Q4K.block_bytes();
-        let rb = w.len() / outs[0].len().max(1);
-        // SAFETY (whole body): every load reads inside a block's bytes (d, dmin, the
-        // scales at 4..16, the quants at 16..144) or inside an activation row (32 values
-        // at 256 c + 32 j < k); the features are enabled on this function.
-        unsafe {
-            let (low, ones) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi16(1));
-            for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                let mut acc = [_mm256_setzero_ps(); A];
-                let mut mins = [0f32; A];
-                for (c, wb) in row.chunks_exact(bb).enumerate() {
-                    prefetch_block(wb);
-                    let (d, dmin) = (super::f16_at(wb, 0), super::f16_at(wb, 2));
-                    let (sc, mn) = rlx_ir::quant::k_scale_min(&wb[4..16]);
-                    for pair in 0..4 {
-                        let packed = _mm256_loadu_si256(wb[16 + 32 * pair..].as_ptr().cast());
-                        let nibbles =
-                            [_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low)];
-                        for (half, &u) in nibbles.iter().enumerate() {
-                            let j = 2 * pair + half;
-                            let (sw, mw) = (d * sc[j] as f32, dmin * mn[j] as f32);
-                            for (i, a) in acts.iter().enumerate() {
-                                let x = _mm256_loadu_si256(a.q.as_ptr().add(c * 256 + 32 * j).cast());
-                                let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, x), ones));
-                                let scale = sw * *a.d.get_unchecked(c * 8 + j);
-                                acc[i] = _mm256_fmadd_ps(isum, _mm256_set1_ps(scale), acc[i]);
-                                mins[i] -= mw * *a.s.get_unchecked(c * 8 + j);
-                            }
-                        }
-                    }
-                }
-                for (i, out) in outs.iter_mut().enumerate() {
-                    out[col] = hsum8(acc[i]) + mins[i];
-                }
-            }
-        }
+        // SAFETY: as the caller guarantees.
+        unsafe { q4k_rows::<Maddubs, A>(w, acts, outs) }
     }
 
-    /// Q6_K rows on AVX2 without VNNI, `A` activation rows at once: each 32 values'
-    /// quants (`q + 32`, unpacked from the bit planes in registers as
-    /// [`dot_rows_q6k_vnni_avx512`] does) `vpmaddubsw` against the activation block less
-    /// `vpmaddubsw` of 32 against it (16-bit sums, at most 63 x 128 x 2 and 32 x 128 x 2),
-    /// widened by `vpmaddwd`; lanes 0-3 take sub-block 2j's scale, 4-7 sub-block 2j + 1's.
-    /// A row's operations do not depend on `A`.
+    /// Q6_K rows on AVX2 without VNNI ([`q6k_rows`]): `vpmaddubsw` against the activation
+    /// block less `vpmaddubsw` of 32 against it (16-bit sums, at most 63 x 128 x 2 and
+    /// 32 x 128 x 2), widened by `vpmaddwd`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_rows_q6k_avx2<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
+        // SAFETY: as the caller guarantees.
+        unsafe { q6k_rows::<Maddubs, A>(w, acts, outs) }
+    }
+
+    /// Q6_K rows times `A` activation rows, each weight block unpacked once for all: each
+    /// 32 values' quants (6 bits, stored `q + 32`, unpacked from the low and high bit
+    /// planes in registers) dotted with the activation block less 32 times its sum
+    /// ([`ByteDot::dot_less_32`]), lanes 0-3 scaled by sub-block 2j's scale and 4-7 by
+    /// 2j + 1's (times `d`, then the activation block's scale), one 8-lane FMA chain a
+    /// row in sub-block order. A row's operations do not depend on `A` or the arm. One
+    /// 256-bit chain a row replaced pairs of rows in 512-bit registers on VNNI: AMD EPYC
+    /// Zen 4, 1 thread, a cold 65536 x 2048 weight at 8 rows 37.3-37.4 -> 26.0-26.7 ms,
+    /// at 1 row 8.5-9.0 -> 7.2-7.4 ms.
+    ///
+    /// # Safety
+    /// The caller has AVX2, FMA, F16C and `D`'s features; `w` holds whole rows of whole
+    /// blocks, one per `outs[i]` column, and every activation row as many blocks.
+    #[inline(always)]
+    unsafe fn q6k_rows<D: ByteDot, const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
         let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
         let bb = QuantScheme::Q6K.block_bytes();
         let rb = w.len() / outs[0].len().max(1);
+        let blocks = rb / bb;
+        assert!(acts.iter().all(|a| a.q.len() >= blocks * 256 && a.d.len() >= blocks * 8));
         // SAFETY (whole body): every load reads inside a block's bytes (ql at 0, qh at 128,
-        // the scales at 192, d at 208 of 210) or inside an activation row (32 values at
-        // 256 c + 32 j < k); the features are enabled on this function.
+        // the scales at 192, d at 208 of 210) or an activation row's first `blocks`
+        // super-blocks (checked above); the caller has the features.
         unsafe {
-            let (ones, offset) = (_mm256_set1_epi16(1), _mm256_set1_epi8(32));
             // Lanes 0-3 take scale 2k, lanes 4-7 scale 2k + 1 of the half's 8.
             let pick: [__m256i; 4] = std::array::from_fn(|k| {
                 let (e, o) = (2 * k as i32, 2 * k as i32 + 1);
@@ -1644,9 +1469,7 @@ mod x86 {
                             let scale = _mm256_permutevar8x32_ps(half_scales, pick[k]);
                             for (i, a) in acts.iter().enumerate() {
                                 let x = _mm256_loadu_si256(a.q.as_ptr().add(c * 256 + 32 * j).cast());
-                                let pairs =
-                                    _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), _mm256_maddubs_epi16(offset, x));
-                                let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                                let isum = _mm256_cvtepi32_ps(D::dot_less_32(u, x));
                                 let scale = _mm256_mul_ps(scale, _mm256_set1_ps(*a.d.get_unchecked(c * 8 + j)));
                                 acc[i] = _mm256_fmadd_ps(isum, scale, acc[i]);
                             }
