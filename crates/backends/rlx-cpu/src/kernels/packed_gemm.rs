@@ -445,11 +445,18 @@ unsafe fn tile(
                 _ => unreachable!("a tile of {rows} rows"),
             }
         };
+        ($kernel:ident::<R>, $($r:literal)*) => {
+            match rows {
+                // SAFETY: as above.
+                $($r => unsafe { $kernel::<$r>((steps, accumulate), (a, strides), panel, c, pf) },)*
+                _ => unreachable!("a tile of {rows} rows"),
+            }
+        };
     }
     match (arm, shape) {
         (Arm::Avx512, Avx512Tile::Amd) => rows!(tile_avx512::<R, NO_PREFETCH>, 1 2 3 4 5 6 7 8),
         (Arm::Avx512, Avx512Tile::Intel) => rows!(tile_avx512::<R, INTEL_PREFETCH>, 1 2 3 4 5 6 7 8 9 10 11 12),
-        _ => rows!(tile_avx2::<R, NO_PREFETCH>, 1 2 3 4 5 6),
+        _ => rows!(tile_avx2::<R>, 1 2 3 4 5 6),
     }
 }
 
@@ -460,15 +467,14 @@ type Out = (*mut f32, usize, usize);
 type Fetch = (*const i8, usize, usize);
 
 /// [`tile`] on AVX2: `R` rows (from `a` at its strides) by 16 columns (from `panel`, `NR`
-/// floats a step), `width` of them stored, the panel prefetched `PF` steps ahead (none
-/// when 0).
+/// floats a step), `width` of them stored, `pf`'s lines fetched into L2 along the way.
 ///
 /// # Safety
 /// The host has AVX2 and FMA; `a` and `panel` hold `steps` steps; `c` addresses `R` rows
 /// of `width` (<= 16) writable floats, `c_row` apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2<const R: usize, const PF: usize>(
+unsafe fn tile_avx2<const R: usize>(
     (steps, accumulate): (usize, bool),
     (a, (ri, rp)): Rows,
     panel: *const f32,
@@ -496,10 +502,6 @@ unsafe fn tile_avx2<const R: usize, const PF: usize>(
     }
     let (mut fetched, mut fetch_at) = (0, 0);
     for p in 0..steps {
-        if PF > 0 {
-            // A prefetch never faults, past the panel's end too (hence wrapping_add).
-            _mm_prefetch::<_MM_HINT_T0>(panel.wrapping_add((p + PF) * NR).cast::<i8>());
-        }
         if p == fetch_at && fetched < lines {
             _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(fetched * 64));
             fetched += 1;
@@ -531,7 +533,7 @@ unsafe fn tile_avx2<const R: usize, const PF: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx2<const R: usize, const PF: usize>(_: (usize, bool), _: Rows, _: *const f32, _: Out, _: Fetch) {
+unsafe fn tile_avx2<const R: usize>(_: (usize, bool), _: Rows, _: *const f32, _: Out, _: Fetch) {
     unreachable!("packed products run only where available() (x86-64 AVX2 or AVX-512)")
 }
 

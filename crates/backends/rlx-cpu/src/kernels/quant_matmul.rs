@@ -466,7 +466,7 @@ fn rows_kernel(scheme: QuantScheme, arm: Arm) -> Option<RowsFn> {
                 _ => {}
             }
         }
-        // Without VNNI, AVX2 kernels of their own. AMD EPYC Zen 3, one thread, against the
+        // Without VNNI, the same bodies on `vpmaddubsw`. AMD EPYC Zen 3, one thread, against the
         // block-by-block unpacked path (which these schemes took before): Gemma 3 270M's
         // attn_output (640 x 1024 Q4_K), one row, 356 -> 44 us; its decode at 2 threads
         // 45.7-48.1 -> 66.5-74.7 tok/s.
@@ -1258,9 +1258,9 @@ mod x86 {
     /// in order, and the mins' terms `(dmin m_j) s_x` subtracted one by one in order; the
     /// output is the chain's lanes summed plus those. A row's operations do not depend on
     /// `A` or on the arm (the same bits alone, in a batch, with or without VNNI). The
-    /// super-block's scales are unpacked and scaled 8 lanes at once ([`q4k_scales_avx2`]):
-    /// per sub-block and row, the scalar code before spent ~260 instructions a super-block
-    /// at one row. One thread, AMD EPYC Zen 4, cold weights, kernel alone, GB/s before ->
+    /// super-block's scales are unpacked and scaled 8 lanes at once ([`q4k_scales_avx2`]),
+    /// where the scalar unpacking and scaling before made the one-row loop ~260
+    /// instructions a super-block. One thread, AMD EPYC Zen 4, cold weights, kernel alone, GB/s before ->
     /// after: `vpdpbusd` at 1 row, 640 x 2048 7.4-7.8 -> 9.2-10.3, 65536 x 2048 8.9-9.2 ->
     /// 12.2-12.8; AVX2 at 1 row 6.8-7.1 -> 8.5-8.8 and 7.1-8.6 -> 9.7-11.0, at 8 rows
     /// 65536 x 2048 35.3-35.6 -> 29.0-29.2 ms; `vpdpbusd` at 8 rows, where pairs of rows
@@ -1339,10 +1339,12 @@ mod x86 {
         let (w0, w1, w2) = (word(4), word(8), word(12));
         let sc = (w0 & 0x3F3F_3F3F) as u64 | (((w2 & 0x0F0F_0F0F) | ((w0 >> 2) & 0x3030_3030)) as u64) << 32;
         let mn = (w1 & 0x3F3F_3F3F) as u64 | ((((w2 >> 4) & 0x0F0F_0F0F) | ((w1 >> 2) & 0x3030_3030)) as u64) << 32;
-        // SAFETY: the caller has AVX2.
+        // SAFETY: the caller has AVX2. (No closure for the widening: it would not inherit
+        // the caller's target features.)
         unsafe {
-            let widen = |v: u64| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v as i64)));
-            (_mm256_mul_ps(_mm256_set1_ps(d), widen(sc)), _mm256_mul_ps(_mm256_set1_ps(dmin), widen(mn)))
+            let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sc as i64)));
+            let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn as i64)));
+            (_mm256_mul_ps(_mm256_set1_ps(d), sc), _mm256_mul_ps(_mm256_set1_ps(dmin), mn))
         }
     }
 
