@@ -1,25 +1,29 @@
 //! The 8-bit activation products (decode) against weights repacked 16 rows side by side.
 //!
-//! Q4_0, Q4_1, Q5_0 and Q8_0 rows are repacked once (a param's copy lives in its `ParamBuffer`)
-//! so that one 64-byte load holds the same 4 quants of 16 weight rows: `vpdpbusd` then
-//! takes 4 activation bytes broadcast and gives 16 rows' partial dots, one per lane, and a
-//! block of 32 costs 8 of them per (16 rows, activation row), plus one conversion and two
-//! FMAs for the scales. The row kernels of `quant_matmul` spend about 6 instructions per
-//! (block pair, weight row, activation row) instead: 8 activation rows cost 4.2x one row
-//! there (SmolLM2, 2 threads), where here the 16 rows' weights stay in L1 across the
-//! activation rows of a batch.
+//! Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K rows are repacked once (a param's copy lives in its
+//! `ParamBuffer`) so that one 64-byte load holds the same 4 quants of 16 weight rows:
+//! `vpdpbusd` then takes 4 activation bytes broadcast and gives 16 rows' partial dots, one
+//! per lane, and a block of 32 costs 8 of them per (16 rows, activation row), plus one
+//! conversion and two FMAs for the scales. Row by row (`quant_matmul`'s kernels, and the
+//! K-quants' own until 2026-12-07) costs about 6 instructions per (block pair, weight row,
+//! activation row) instead: 8 activation rows cost 4.2x one row there (SmolLM2, 2
+//! threads), where here the 16 rows' weights stay in L1 across the activation rows of a
+//! batch.
 //!
 //! Each output is one lane's chain in block order (`acc = fma(isum, sw * da, acc)`, then
-//! `acc = fma(ow, s, acc)`) whatever the number of activation rows or threads, so a row of
-//! a batched decode step gets the bits it gets alone.
+//! `acc = fma(ow, s, acc)`; Q6_K one `fma(isum, sw * da, acc)` per sub-block of 16, its
+//! offset in the integer sum) whatever the number of activation rows or threads, so a row
+//! of a batched decode step gets the bits it gets alone.
 //!
 //! Layout, per group of 16 rows and per block of 32 values: the quants (4-bit: 4 chunks of
 //! 64 bytes, chunk `c` holding steps `2c` (low nibbles) and `2c + 1` (high nibbles), then
-//! for Q5_0 a 64-bit mask per step of the values' fifth bits; 8-bit: 8 chunks, Q8_0's
-//! signed quants biased by +128), where step `t` of lane `j` is row `j`'s values
-//! `4t..4t + 4`; then the 16 rows' f16 scales `d`; then, for Q4_1, their f16 mins.
-//! The groups follow each other in row order, each group's blocks in column order, so a
-//! product reads the bytes in address order (the Zen 4 prefetcher's best case).
+//! for Q5_0 a 64-bit mask per step of the values' fifth bits, for Q6_K two 64-byte planes
+//! of the top two bits; 8-bit: 8 chunks, Q8_0's signed quants biased by +128), where step
+//! `t` of lane `j` is row `j`'s values `4t..4t + 4`; then the 16 rows' f16 scales `d`;
+//! then, for Q4_1, their f16 mins. A K-quant super-block (8 blocks) puts its 16 rows'
+//! header first ([`k_header_bytes`]) and its blocks' quants after. The groups follow each
+//! other in row order, each group's blocks in column order, so a product reads the bytes
+//! in address order (the Zen 4 prefetcher's best case).
 
 use super::quant_matmul::Q8Row;
 use crate::features::{Arm, features};
@@ -51,7 +55,6 @@ macro_rules! by_rows {
         }
     };
 }
-pub(super) use by_rows;
 
 /// The packable schemes as const parameters of the kernels, so that a kernel's per-block
 /// tests of its scheme (unpacking, offsets, Q8_0's bias) fold away. In one process, best
@@ -63,6 +66,8 @@ const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q5_0: u8 = 2;
 const Q8_0: u8 = 3;
+const Q4_K: u8 = 4;
+const Q6_K: u8 = 5;
 
 /// `scheme`'s const parameter (one of the packable schemes: [`available`]).
 fn scheme_id(scheme: QuantScheme) -> u8 {
@@ -70,6 +75,8 @@ fn scheme_id(scheme: QuantScheme) -> u8 {
         QuantScheme::Q4_0 => Q4_0,
         QuantScheme::Q4_1 => Q4_1,
         QuantScheme::Q5_0 => Q5_0,
+        QuantScheme::Q4K => Q4_K,
+        QuantScheme::Q6K => Q6_K,
         _ => Q8_0,
     }
 }
@@ -80,6 +87,8 @@ const fn scheme_of(id: u8) -> QuantScheme {
         Q4_0 => QuantScheme::Q4_0,
         Q4_1 => QuantScheme::Q4_1,
         Q5_0 => QuantScheme::Q5_0,
+        Q4_K => QuantScheme::Q4K,
+        Q6_K => QuantScheme::Q6K,
         _ => QuantScheme::Q8_0,
     }
 }
@@ -91,6 +100,8 @@ macro_rules! by_scheme_rows {
             Q4_0 => by_rows!($($kernel)::+[Q4_0,]($($arg),*), $rows),
             Q4_1 => by_rows!($($kernel)::+[Q4_1,]($($arg),*), $rows),
             Q5_0 => by_rows!($($kernel)::+[Q5_0,]($($arg),*), $rows),
+            Q4_K => by_rows!($($kernel)::+[Q4_K,]($($arg),*), $rows),
+            Q6_K => by_rows!($($kernel)::+[Q6_K,]($($arg),*), $rows),
             _ => by_rows!($($kernel)::+[Q8_0,]($($arg),*), $rows),
         }
     };
@@ -104,14 +115,27 @@ pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
     cfg!(target_arch = "x86_64")
         && f.f16c
         && (vnni(arm) || (arm >= Arm::Avx2 && f.has_avx2_fma()))
-        && matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q5_0 | QuantScheme::Q8_0)
+        && matches!(
+            scheme,
+            QuantScheme::Q4_0
+                | QuantScheme::Q4_1
+                | QuantScheme::Q5_0
+                | QuantScheme::Q8_0
+                | QuantScheme::Q4K
+                | QuantScheme::Q6K
+        )
 }
 
-/// Whether 16-bit activation products on [`Packed`] weights ([`dot_groups_q16`],
-/// `quant_gemm`'s panels filled from them) run `scheme` on `arm` on this host: AVX-512
-/// VNNI only.
+/// Whether 16-bit activation products dot [`Packed`] weights in place ([`dot_groups_q16`])
+/// for `scheme` on `arm` on this host: AVX-512 VNNI, the 32-value schemes. (`quant_gemm`
+/// fills its panels from any packed weight.)
 pub fn available_q16(scheme: QuantScheme, arm: Arm) -> bool {
-    available(scheme, arm) && vnni(arm)
+    available(scheme, arm) && vnni(arm) && !is_k(scheme)
+}
+
+/// Whether `scheme` is a K-quant (super-blocks of 256 values, [`Packed`]'s K layout).
+fn is_k(scheme: QuantScheme) -> bool {
+    matches!(scheme, QuantScheme::Q4K | QuantScheme::Q6K)
 }
 
 /// Whether `arm` takes the AVX-512 VNNI kernels on this host.
@@ -120,20 +144,49 @@ fn vnni(arm: Arm) -> bool {
     arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni
 }
 
-/// Bytes of one (group, block): quants, scales, mins.
-pub(super) fn block_bytes(scheme: QuantScheme) -> usize {
+/// Bytes of one (group, unit): a block's quants, scales and mins; a K-quant super-block's
+/// header ([`k_header_bytes`]) and its 8 blocks' quants.
+fn unit_bytes(scheme: QuantScheme) -> usize {
     match scheme {
         QuantScheme::Q4_1 => quant_bytes(scheme) + 64,
+        _ if is_k(scheme) => k_header_bytes(scheme) + 8 * quant_bytes(scheme),
         _ => quant_bytes(scheme) + 32,
     }
 }
 
+/// Bytes of a K-quant (group, super-block)'s header: Q4_K's 16 rows' f16 `d`, then their
+/// f16 `dmin`, then the 8 sub-block scales (8 x 16 bytes, row by row in each) and the 8
+/// mins (the same); Q6_K's `d`, then its 16 signed sub-block scales (16 x 16 bytes).
+const fn k_header_bytes(scheme: QuantScheme) -> usize {
+    match scheme {
+        QuantScheme::Q4K => 64 + 2 * 128,
+        _ => 32 + 256,
+    }
+}
+
+/// Bytes of one group (16 weight rows) of `k` values.
+pub(super) fn group_bytes(scheme: QuantScheme, k: usize) -> usize {
+    k / scheme.block_size() * unit_bytes(scheme)
+}
+
+/// Where block `b`'s quants lie in a group: the next block's follow them, except at a
+/// K-quant super-block's end, where the next super-block's header comes first.
+pub(super) fn quants_offset(scheme: QuantScheme, b: usize) -> usize {
+    if is_k(scheme) {
+        (b / 8) * unit_bytes(scheme) + k_header_bytes(scheme) + (b % 8) * quant_bytes(scheme)
+    } else {
+        b * unit_bytes(scheme)
+    }
+}
+
 /// Bytes of the quants of one (group, block): 4 or 8 bits for 16 x 32 values, and for
-/// Q5_0 the fifth bits (8 masks of 64 bits, one per step).
+/// Q5_0 the fifth bits (8 masks of 64 bits, one per step), for Q6_K the top two bits
+/// (two 64-byte planes, one per 4 steps).
 pub(super) fn quant_bytes(scheme: QuantScheme) -> usize {
     match scheme {
         QuantScheme::Q8_0 => 512,
         QuantScheme::Q5_0 => 256 + 64,
+        QuantScheme::Q6K => 256 + 128,
         _ => 256,
     }
 }
@@ -153,9 +206,22 @@ pub(super) fn offset(scheme: QuantScheme) -> f32 {
 /// and each run's source pages are released when it is done.
 const RELEASE_BYTES: usize = 4 << 20;
 
-/// Writes weight row `lane` of a group's block (`src`, one `scheme` block) into `dst`, the
-/// group's repacked block.
-fn repack_block(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
+/// Writes the low 4 bits of `values` (one block of row `lane`, in order) into the
+/// group's nibble chunks at `dst`: byte e of chunk c holds value 8c + e low and 8c + 4 + e
+/// high.
+fn pack_nibbles(values: &[u8], lane: usize, dst: &mut [u8]) {
+    for c in 0..4 {
+        let word: [u8; 4] = std::array::from_fn(|e| (values[8 * c + e] & 0xF) | (values[8 * c + 4 + e] << 4));
+        dst[c * 64 + lane * 4..][..4].copy_from_slice(&word);
+    }
+}
+
+/// Writes weight row `lane` of a group's unit (`src`, one `scheme` block or K-quant
+/// super-block) into `dst`, the group's repacked unit.
+fn repack_unit(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
+    if is_k(scheme) {
+        return repack_k(scheme, src, lane, dst);
+    }
     let (scale, quants) = match scheme {
         QuantScheme::Q4_1 => (&src[..4], &src[4..]),
         QuantScheme::Q5_0 => (&src[..2], &src[6..]),
@@ -168,14 +234,10 @@ fn repack_block(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
             dst[t * 64 + lane * 4..][..4].copy_from_slice(&word.to_le_bytes());
         }
     } else {
-        // Value i is byte i's low nibble (i < 16), else byte i - 16's high one; the repacked
-        // byte e of chunk c holds value 8c + e low and 8c + 4 + e high.
+        // Value i is byte i's low nibble (i < 16), else byte i - 16's high one.
         let quants: &[u8; 16] = quants[..16].try_into().expect("a block's 16 nibble bytes");
-        let value = |i: usize| if i < 16 { quants[i] & 0xF } else { quants[i - 16] >> 4 };
-        for c in 0..4 {
-            let word: [u8; 4] = std::array::from_fn(|e| value(8 * c + e) | (value(8 * c + 4 + e) << 4));
-            dst[c * 64 + lane * 4..][..4].copy_from_slice(&word);
-        }
+        let values: [u8; 32] = std::array::from_fn(|i| if i < 16 { quants[i] & 0xF } else { quants[i - 16] >> 4 });
+        pack_nibbles(&values, lane, dst);
         if scheme == QuantScheme::Q5_0 {
             // Step t's mask: bit 4 lane + e is value 4t + e's fifth bit.
             let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
@@ -189,6 +251,41 @@ fn repack_block(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
     dst[quant_bytes + 2 * lane..][..2].copy_from_slice(&scale[..2]);
     if scheme == QuantScheme::Q4_1 {
         dst[quant_bytes + 32 + 2 * lane..][..2].copy_from_slice(&scale[2..4]);
+    }
+}
+
+/// [`repack_unit`] for a K-quant super-block: the header's row `lane` (see
+/// [`k_header_bytes`]; Q4_K's scales and mins unpacked from their 6 bits), then each block
+/// of 32 values (`quant_gemm::quants`' order, unsigned: Q6_K's `q + 32`) as nibble chunks,
+/// and for Q6_K the two top bits of step t's values (4t + e, byte e of the lane) at bits
+/// 2 (t % 4) of byte e in plane t / 4.
+fn repack_k(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
+    let mut u = [0u8; 256];
+    super::quant_gemm::quants(scheme, src, &mut u);
+    let (header, blocks) = dst.split_at_mut(k_header_bytes(scheme));
+    if scheme == QuantScheme::Q4K {
+        header[2 * lane..][..2].copy_from_slice(&src[..2]);
+        header[32 + 2 * lane..][..2].copy_from_slice(&src[2..4]);
+        let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
+        for j in 0..8 {
+            header[64 + 16 * j + lane] = sc[j];
+            header[64 + 128 + 16 * j + lane] = mn[j];
+        }
+    } else {
+        header[2 * lane..][..2].copy_from_slice(&src[208..210]);
+        for (j, &scale) in src[192..208].iter().enumerate() {
+            header[32 + 16 * j + lane] = scale;
+        }
+    }
+    for (values, block) in u.chunks_exact(32).zip(blocks.chunks_exact_mut(quant_bytes(scheme))) {
+        pack_nibbles(values, lane, block);
+        if scheme == QuantScheme::Q6K {
+            for t in 0..8 {
+                for e in 0..4 {
+                    block[256 + 64 * (t / 4) + 4 * lane + e] |= (values[4 * t + e] >> 4) << (2 * (t % 4));
+                }
+            }
+        }
     }
 }
 
@@ -208,19 +305,19 @@ impl std::fmt::Debug for Packed {
 
 impl Packed {
     /// Repacks `w` (`n` rows of `k` values in `scheme`, a packable one; `k` a multiple of
-    /// 32). Rows past `n` in the last group are zeros (scale 0). Runs of groups (about
+    /// its block size). Rows past `n` in the last group are zeros (scale 0). Runs of groups (about
     /// [`RELEASE_BYTES`] of `w` each) are repacked on the calling pool's workers
     /// ([`crate::threads::current`]), and `release` is called on each run's rows when it is
     /// done and on all of `w` at the end (a mapped file's pages can go as they are
     /// consumed: the weight is not resident twice even while it is repacked).
     pub fn new(scheme: QuantScheme, w: &[u8], n: usize, k: usize, release: Option<&PageRelease>) -> Packed {
         use rayon::prelude::*;
-        let (nb, bb) = (k / 32, scheme.block_bytes());
-        let out_block = block_bytes(scheme);
+        let (units, bb) = (k / scheme.block_size(), scheme.block_bytes());
+        let out_unit = unit_bytes(scheme);
         let groups = n.div_ceil(ROWS);
-        let mut bytes = vec![0u8; groups * nb * out_block];
-        let row_bytes = nb * bb;
-        let group_bytes = nb * out_block;
+        let group_bytes = group_bytes(scheme, k);
+        let mut bytes = vec![0u8; groups * group_bytes];
+        let row_bytes = units * bb;
         // At least a few runs a worker, so that a small weight is split too.
         let workers = crate::threads::current();
         let run_groups = (RELEASE_BYTES / (ROWS * row_bytes).max(1)).min(groups.div_ceil(4 * workers)).max(1);
@@ -229,9 +326,9 @@ impl Packed {
             let rows = first..n.min(first + out.len() / group_bytes.max(1) * ROWS);
             for row in rows.clone() {
                 let (g, lane) = (row / ROWS - r * run_groups, row % ROWS);
-                for b in 0..nb {
-                    let src = &w[(row * nb + b) * bb..][..bb];
-                    repack_block(scheme, src, lane, &mut out[(g * nb + b) * out_block..][..out_block]);
+                for b in 0..units {
+                    let src = &w[(row * units + b) * bb..][..bb];
+                    repack_unit(scheme, src, lane, &mut out[g * group_bytes + b * out_unit..][..out_unit]);
                 }
             }
             if let Some(release) = release {
@@ -268,6 +365,7 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
     let cols = out.first().map_or(0, |o| o.len());
     assert!(g0 * ROWS + cols <= p.n && out.iter().all(|o| o.len() == cols));
     assert!(acts.iter().all(|a| a.q.len() == p.k && a.d.len() == nb && a.s.len() == nb));
+    assert!(p.scheme != QuantScheme::Q6K || acts.iter().all(|a| a.sums16.len() == 2 * nb));
     #[cfg(target_arch = "x86_64")]
     for (acts, out) in acts.chunks(PASS).zip(out.chunks_mut(PASS)) {
         // SAFETY: the features were checked; every group read lies in `p.bytes` (groups
@@ -335,7 +433,7 @@ const Q16_PASS: usize = 8;
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86 {
-    use super::{Packed, Q8Row, ROWS, block_bytes};
+    use super::{Packed, Q8Row, ROWS, group_bytes, k_header_bytes, quant_bytes, quants_offset};
 
     /// Bytes ahead of the block being dotted that are fetched into L2 (`prefetcht1`).
     /// Into L1 (`prefetcht0`) 2 KiB ahead, the prefetches held the L1 fill buffers and one
@@ -346,11 +444,12 @@ pub(super) mod x86 {
     use rlx_ir::quant::QuantScheme;
     use std::arch::x86_64::*;
 
-    /// The 8 steps of one (group, block) at `at`: vector `t` holds, per lane (row), its
-    /// values `4t..4t + 4` as unsigned bytes.
+    /// The 8 steps of one (group, block) whose quants are at `at`: vector `t` holds, per
+    /// lane (row), its values `4t..4t + 4` as unsigned bytes.
     ///
     /// # Safety
-    /// `at` points at a whole (group, block) of `scheme`; the caller has AVX-512 F/BW.
+    /// `at` points at a whole (group, block)'s quants of `scheme`; the caller has AVX-512
+    /// F/BW.
     #[inline(always)]
     pub(in crate::kernels) unsafe fn steps(scheme: QuantScheme, at: *const u8) -> [__m512i; 8] {
         // SAFETY: as the caller guarantees.
@@ -374,15 +473,78 @@ pub(super) mod x86 {
                     *s = _mm512_or_si512(*s, _mm512_maskz_set1_epi8(fifth, 0x10));
                 }
             }
+            if scheme == QuantScheme::Q6K {
+                // Step t's top bits sit at bits 2 (t % 4) of plane t / 4's bytes: shifted
+                // to bits 4-5 (16-bit shifts; what crosses a byte is masked away).
+                let top = _mm512_set1_epi8(0x30);
+                for (h, steps) in steps.chunks_exact_mut(4).enumerate() {
+                    let plane = _mm512_loadu_si512(at.add(256 + 64 * h) as *const __m512i);
+                    let shifted = [
+                        _mm512_slli_epi16::<4>(plane),
+                        _mm512_slli_epi16::<2>(plane),
+                        plane,
+                        _mm512_srli_epi16::<2>(plane),
+                    ];
+                    for (s, bits) in steps.iter_mut().zip(shifted) {
+                        *s = _mm512_or_si512(*s, _mm512_and_si512(bits, top));
+                    }
+                }
+            }
             steps
         }
     }
 
-    /// Fetches into L2 the `len` bytes [`PREFETCH`] past `at` (a kernel reading its weights
-    /// in address order; the repacked kernels here, the K-quant row kernels of
-    /// `quant_matmul`).
+    /// Group terms `(sw, ow)` (`w = sw * u + ow` per lane) of block `b` of the group at
+    /// `group`: of its 32 values, or for Q6_K of its sub-block `h` (values `16 h..16 h +
+    /// 16`; `h` is ignored otherwise). Each lane's terms are the scalar code's
+    /// (`quant_gemm::unpack_block`): Q4_K `d * sc`, `-dmin * mn`; Q6_K `d * sc`, `-32 d sc`.
+    ///
+    /// # Safety
+    /// `group` points at a whole group of `scheme`, `b` is one of its blocks; the caller
+    /// has AVX-512 F and F16C.
     #[inline(always)]
-    pub(in crate::kernels) fn prefetch_ahead(at: *const u8, len: usize) {
+    pub(in crate::kernels) unsafe fn terms(
+        scheme: QuantScheme,
+        group: *const u8,
+        b: usize,
+        h: usize,
+    ) -> (__m512, __m512) {
+        // SAFETY: as the caller guarantees. (No closures: they would not inherit the
+        // caller's target features.)
+        unsafe {
+            let at = group.add(quants_offset(scheme, b));
+            if scheme == QuantScheme::Q4K || scheme == QuantScheme::Q6K {
+                let header = at.sub(k_header_bytes(scheme) + (b % 8) * quant_bytes(scheme));
+                let d = _mm512_cvtph_ps(_mm256_loadu_si256(header as *const __m256i));
+                if scheme == QuantScheme::Q4K {
+                    let sc = _mm_loadu_si128(header.add(64 + 16 * (b % 8)) as *const __m128i);
+                    let mn = _mm_loadu_si128(header.add(192 + 16 * (b % 8)) as *const __m128i);
+                    let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(header.add(32) as *const __m256i));
+                    // -dmin exactly (the sign flipped, as the scalar `-dmin`).
+                    let dmin =
+                        _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(i32::MIN)));
+                    let sw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+                    return (sw, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn))));
+                }
+                let sc = _mm_loadu_si128(header.add(32 + 16 * (2 * (b % 8) + h)) as *const __m128i);
+                let sw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+                return (sw, _mm512_mul_ps(sw, _mm512_set1_ps(-32.0)));
+            }
+            let quant_bytes = quant_bytes(scheme);
+            let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
+            let ow = if scheme == QuantScheme::Q4_1 {
+                _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
+            } else {
+                _mm512_mul_ps(sw, _mm512_set1_ps(super::offset(scheme)))
+            };
+            (sw, ow)
+        }
+    }
+
+    /// Fetches into L2 the `len` bytes [`PREFETCH`] past `at` (a kernel reading its weights
+    /// in address order).
+    #[inline(always)]
+    fn prefetch_ahead(at: *const u8, len: usize) {
         let ahead = at.wrapping_add(PREFETCH);
         for line in (0..len).step_by(64) {
             // SAFETY: a prefetch of any address is defined (no access is made).
@@ -390,26 +552,18 @@ pub(super) mod x86 {
         }
     }
 
-    /// The (group, block) at `at`: its 8 steps ([`steps`]) and per lane its scale `sw` and
-    /// offset term `ow` (`w = sw * u + ow`), with the bytes [`PREFETCH`] ahead fetched
-    /// into L2.
+    /// Block `b` of the group at `group`: its 8 steps ([`steps`]) and its [`terms`] (of
+    /// sub-block 0 for Q6_K), with the bytes [`PREFETCH`] past it (up to the next block's
+    /// quants, a K-quant header included) fetched into L2.
     ///
     /// # Safety
-    /// As [`steps`]; the caller has F16C.
+    /// As [`terms`]; the caller has AVX-512 BW too.
     #[inline(always)]
-    unsafe fn block(scheme: QuantScheme, at: *const u8) -> ([__m512i; 8], __m512, __m512) {
-        prefetch_ahead(at, block_bytes(scheme));
+    unsafe fn block(scheme: QuantScheme, group: *const u8, b: usize) -> ([__m512i; 8], (__m512, __m512)) {
+        let at = group.wrapping_add(quants_offset(scheme, b));
+        prefetch_ahead(at, quants_offset(scheme, b + 1) - quants_offset(scheme, b));
         // SAFETY: as the caller guarantees.
-        unsafe {
-            let quant_bytes = super::quant_bytes(scheme);
-            let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
-            let ow = if scheme == QuantScheme::Q4_1 {
-                _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
-            } else {
-                _mm512_mul_ps(sw, _mm512_set1_ps(super::offset(scheme)))
-            };
-            (steps(scheme, at), sw, ow)
-        }
+        unsafe { (steps(scheme, at), terms(scheme, group, b, 0)) }
     }
 
     /// `acc + isum * (sw * d) + ow * s`, in this order, for one block's integer sums
@@ -466,16 +620,34 @@ pub(super) mod x86 {
         let scheme = super::scheme_of(S);
         debug_assert_eq!(scheme, p.scheme);
         let nb = p.k / 32;
-        let bb = block_bytes(scheme);
+        let gb = group_bytes(scheme, p.k);
         let cols = out[0].len();
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
             for g in 0..cols.div_ceil(ROWS) {
                 let mut acc = [_mm512_setzero_ps(); A];
-                let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
+                let group = p.bytes.as_ptr().add((g0 + g) * gb);
                 for b in 0..nb {
-                    let at = group.add(b * bb);
-                    let (steps, sw, ow) = block(scheme, at);
+                    let (steps, (sw, ow)) = block(scheme, group, b);
+                    if scheme == QuantScheme::Q6K {
+                        // Two sub-blocks of 16 (steps 0-3, 4-7), each its own scale; the
+                        // quants' offset of 32 taken off in integers.
+                        let sw1 = terms(scheme, group, b, 1).0;
+                        for i in 0..A {
+                            let q = acts[i].q.as_ptr().add(b * 32);
+                            for (h, sw) in [sw, sw1].into_iter().enumerate() {
+                                let offset = *acts[i].sums16.get_unchecked(2 * b + h) << 5;
+                                let mut isum = _mm512_set1_epi32(-offset);
+                                for (t, &step) in steps.iter().enumerate().skip(4 * h).take(4) {
+                                    let x = _mm512_set1_epi32((q.add(4 * t) as *const i32).read_unaligned());
+                                    isum = _mm512_dpbusd_epi32(isum, step, x);
+                                }
+                                let d = _mm512_set1_ps(*acts[i].d.get_unchecked(b));
+                                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, d), acc[i]);
+                            }
+                        }
+                        continue;
+                    }
                     for i in 0..A {
                         let q = acts[i].q.as_ptr().add(b * 32);
                         // Integer sums, so the chains' split changes nothing: one chain
@@ -517,7 +689,7 @@ pub(super) mod x86 {
         let scheme = super::scheme_of(S);
         debug_assert_eq!(scheme, p.scheme);
         let nb = p.k / 32;
-        let bb = block_bytes(scheme);
+        let gb = group_bytes(scheme, p.k);
         let cols = out[0].len();
         let biased = scheme == QuantScheme::Q8_0;
         // SAFETY (whole body): as the caller guarantees.
@@ -525,10 +697,9 @@ pub(super) mod x86 {
             let ones = _mm512_set1_epi8(1);
             for g in 0..cols.div_ceil(ROWS) {
                 let mut acc = [_mm512_setzero_ps(); A];
-                let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
+                let group = p.bytes.as_ptr().add((g0 + g) * gb);
                 for b in 0..nb {
-                    let at = group.add(b * bb);
-                    let (steps, sw, ow) = block(scheme, at);
+                    let (steps, (sw, ow)) = block(scheme, group, b);
                     // Q8_0: 128 x each row's block sum, what the biased `lo` takes off.
                     let mut restore = _mm512_setzero_si512();
                     if biased {
@@ -605,6 +776,17 @@ pub(super) mod x86 {
             let packed = _mm256_loadu_si256(at.add(64 * (t / 2)) as *const __m256i);
             let nibbles = if t.is_multiple_of(2) { packed } else { _mm256_srli_epi16::<4>(packed) };
             let step = _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F));
+            if scheme == QuantScheme::Q6K {
+                // The top bits, as `steps` takes them.
+                let plane = _mm256_loadu_si256(at.add(256 + 64 * (t / 4)) as *const __m256i);
+                let bits = match t % 4 {
+                    0 => _mm256_slli_epi16::<4>(plane),
+                    1 => _mm256_slli_epi16::<2>(plane),
+                    2 => plane,
+                    _ => _mm256_srli_epi16::<2>(plane),
+                };
+                return _mm256_or_si256(step, _mm256_and_si256(bits, _mm256_set1_epi8(0x30)));
+            }
             if scheme != QuantScheme::Q5_0 {
                 return step;
             }
@@ -619,6 +801,48 @@ pub(super) mod x86 {
             let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(mask), spread);
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bits), bits);
             _mm256_or_si256(step, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+        }
+    }
+
+    /// [`terms`] for half `half` of the group (rows `8 half..8 half + 8`), on AVX2.
+    ///
+    /// # Safety
+    /// As [`terms`]; the caller has AVX2 and F16C.
+    #[inline(always)]
+    pub(in crate::kernels) unsafe fn terms_avx2(
+        scheme: QuantScheme,
+        group: *const u8,
+        b: usize,
+        h: usize,
+        half: usize,
+    ) -> (__m256, __m256) {
+        // SAFETY: as the caller guarantees. (No closures: see `terms`.)
+        unsafe {
+            let at = group.add(quants_offset(scheme, b));
+            if scheme == QuantScheme::Q4K || scheme == QuantScheme::Q6K {
+                let header = at.sub(k_header_bytes(scheme) + (b % 8) * quant_bytes(scheme));
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(header.add(16 * half) as *const __m128i));
+                if scheme == QuantScheme::Q4K {
+                    let sc = _mm_loadl_epi64(header.add(64 + 16 * (b % 8) + 8 * half) as *const __m128i);
+                    let mn = _mm_loadl_epi64(header.add(192 + 16 * (b % 8) + 8 * half) as *const __m128i);
+                    let dmin = _mm256_cvtph_ps(_mm_loadu_si128(header.add(32 + 16 * half) as *const __m128i));
+                    let dmin =
+                        _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(dmin), _mm256_set1_epi32(i32::MIN)));
+                    let sw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
+                    return (sw, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))));
+                }
+                let sc = _mm_loadl_epi64(header.add(32 + 16 * (2 * (b % 8) + h) + 8 * half) as *const __m128i);
+                let sw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+                return (sw, _mm256_mul_ps(sw, _mm256_set1_ps(-32.0)));
+            }
+            let quant_bytes = quant_bytes(scheme);
+            let sw = _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 16 * half) as *const __m128i));
+            let ow = if scheme == QuantScheme::Q4_1 {
+                _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 32 + 16 * half) as *const __m128i))
+            } else {
+                _mm256_mul_ps(sw, _mm256_set1_ps(super::offset(scheme)))
+            };
+            (sw, ow)
         }
     }
 
@@ -658,17 +882,21 @@ pub(super) mod x86 {
         let scheme = super::scheme_of(S);
         debug_assert_eq!(scheme, p.scheme);
         let nb = p.k / 32;
-        let bb = block_bytes(scheme);
-        let quant_bytes = super::quant_bytes(scheme);
+        let gb = group_bytes(scheme, p.k);
         let cols = out[0].len();
         let q8 = scheme == QuantScheme::Q8_0;
+        let q6k = scheme == QuantScheme::Q6K;
         // Steps whose products add up in i16 without overflow: 8 for 4-bit quants (8 x 2 x
-        // 15 x 128 = 30720), 4 for Q5_0's 5 bits, 1 for Q8_0 (2 x 128 x 128 a step).
+        // 15 x 128 = 30720), 4 for Q5_0's 5 bits, 2 for Q6_K's 6 (2 x 2 x 63 x 128), 1 for
+        // Q8_0 (2 x 128 x 128 a step).
         let chain = match scheme {
-            QuantScheme::Q4_0 | QuantScheme::Q4_1 => 8,
+            QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q4K => 8,
             QuantScheme::Q5_0 => 4,
+            QuantScheme::Q6K => 2,
             _ => 1,
         };
+        // Sub-blocks of a block, each its own terms: Q6_K's two of 16 values (4 steps).
+        let subs = if q6k { 2 } else { 1 };
         // Q8_0: 128 x each activation block's sum, the biased weights' share.
         let bias_terms: Vec<i32> = if q8 {
             acts.iter()
@@ -682,51 +910,57 @@ pub(super) mod x86 {
             let ones = _mm256_set1_epi16(1);
             for g in 0..cols.div_ceil(ROWS) {
                 let mut acc = [[_mm256_setzero_ps(); 2]; A];
-                let group = p.bytes.as_ptr().add((g0 + g) * nb * bb);
+                let group = p.bytes.as_ptr().add((g0 + g) * gb);
                 for b in 0..nb {
-                    let at = group.add(b * bb);
-                    prefetch_ahead(at, bb);
+                    let at = group.add(quants_offset(scheme, b));
+                    prefetch_ahead(at, quants_offset(scheme, b + 1) - quants_offset(scheme, b));
                     for half in 0..2 {
-                        // Step by step, each shared by the A rows; per row its products
-                        // summed in i16 over `chain` steps, then widened into i32.
-                        let mut isums = [_mm256_setzero_si256(); A];
-                        if q8 {
-                            for (i, isum) in isums.iter_mut().enumerate() {
-                                *isum = _mm256_set1_epi32(*bias_terms.get_unchecked(i * nb + b));
-                            }
-                        }
-                        for first in (0..8).step_by(chain) {
-                            let mut pairs = [_mm256_setzero_si256(); A];
-                            for t in first..first + chain {
-                                let step = step_avx2(scheme, at, half, t);
-                                let magnitude = if q8 { _mm256_abs_epi8(step) } else { step };
-                                for i in 0..A {
-                                    let x = _mm256_set1_epi32(
-                                        (acts[i].q.as_ptr().add(b * 32 + 4 * t) as *const i32).read_unaligned(),
-                                    );
-                                    let x = if q8 { _mm256_sign_epi8(x, step) } else { x };
-                                    pairs[i] = _mm256_add_epi16(pairs[i], _mm256_maddubs_epi16(magnitude, x));
+                        for h in 0..subs {
+                            let steps = 8 / subs * h..8 / subs * (h + 1);
+                            // Step by step, each shared by the A rows; per row its products
+                            // summed in i16 over `chain` steps, then widened into i32.
+                            let mut isums = [_mm256_setzero_si256(); A];
+                            if q8 {
+                                for (i, isum) in isums.iter_mut().enumerate() {
+                                    *isum = _mm256_set1_epi32(*bias_terms.get_unchecked(i * nb + b));
                                 }
                             }
-                            for i in 0..A {
-                                let wide = _mm256_madd_epi16(pairs[i], ones);
-                                isums[i] = if first == 0 && !q8 { wide } else { _mm256_add_epi32(isums[i], wide) };
+                            if q6k {
+                                // The quants' offset of 32, in integers (as `groups_avx512`).
+                                for (i, isum) in isums.iter_mut().enumerate() {
+                                    *isum = _mm256_set1_epi32(-(*acts[i].sums16.get_unchecked(2 * b + h) << 5));
+                                }
                             }
-                        }
-                        let sw = _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 16 * half) as *const __m128i));
-                        let ow = if scheme == QuantScheme::Q4_1 {
-                            _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 32 + 16 * half) as *const __m128i))
-                        } else {
-                            _mm256_mul_ps(sw, _mm256_set1_ps(super::offset(scheme)))
-                        };
-                        for i in 0..A {
-                            let (d, s) = (*acts[i].d.get_unchecked(b), *acts[i].s.get_unchecked(b));
-                            let a = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(isums[i]),
-                                _mm256_mul_ps(sw, _mm256_set1_ps(d)),
-                                acc[i][half],
-                            );
-                            acc[i][half] = _mm256_fmadd_ps(ow, _mm256_set1_ps(s), a);
+                            for first in steps.clone().step_by(chain) {
+                                let mut pairs = [_mm256_setzero_si256(); A];
+                                for t in first..first + chain {
+                                    let step = step_avx2(scheme, at, half, t);
+                                    let magnitude = if q8 { _mm256_abs_epi8(step) } else { step };
+                                    for i in 0..A {
+                                        let x = _mm256_set1_epi32(
+                                            (acts[i].q.as_ptr().add(b * 32 + 4 * t) as *const i32).read_unaligned(),
+                                        );
+                                        let x = if q8 { _mm256_sign_epi8(x, step) } else { x };
+                                        pairs[i] = _mm256_add_epi16(pairs[i], _mm256_maddubs_epi16(magnitude, x));
+                                    }
+                                }
+                                for i in 0..A {
+                                    let wide = _mm256_madd_epi16(pairs[i], ones);
+                                    let fresh = first == 0 && !q8 && !q6k;
+                                    isums[i] = if fresh { wide } else { _mm256_add_epi32(isums[i], wide) };
+                                }
+                            }
+                            let (sw, ow) = terms_avx2(scheme, group, b, h, half);
+                            for i in 0..A {
+                                let (d, s) = (*acts[i].d.get_unchecked(b), *acts[i].s.get_unchecked(b));
+                                let a = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(isums[i]),
+                                    _mm256_mul_ps(sw, _mm256_set1_ps(d)),
+                                    acc[i][half],
+                                );
+                                // (Q6_K's offset went in with the integers.)
+                                acc[i][half] = if q6k { a } else { _mm256_fmadd_ps(ow, _mm256_set1_ps(s), a) };
+                            }
                         }
                     }
                 }
@@ -749,22 +983,42 @@ mod tests {
 
     /// Value `i` (0..32) of block `b` of weight row `row`, read back from the repacked copy
     /// by its layout: 4-bit values 8c + e (low nibble) and 8c + 4 + e (high) in byte e of
-    /// chunk c at the row's lane; Q5_0's fifth bits in per-step masks; Q8_0 biased by 128.
+    /// chunk c at the row's lane; Q5_0's fifth bits in per-step masks; Q6_K's top two in
+    /// two planes; Q8_0 biased by 128.
     fn repacked_value(p: &Packed, row: usize, b: usize, i: usize) -> i32 {
-        let out_block = block_bytes(p.scheme);
         let (g, lane) = (row / ROWS, row % ROWS);
-        let block = &p.bytes()[(g * (p.k / 32) + b) * out_block..][..out_block];
+        let group = &p.bytes()[g * group_bytes(p.scheme, p.k)..];
+        let block = &group[quants_offset(p.scheme, b)..][..quant_bytes(p.scheme)];
         if p.scheme == QuantScheme::Q8_0 {
             return (block[(i / 4) * 64 + lane * 4 + i % 4] ^ 0x80) as i8 as i32;
         }
         let (c, e, high) = (i / 8, i % 4, i % 8 >= 4);
         let byte = block[c * 64 + lane * 4 + e];
         let low4 = if high { byte >> 4 } else { byte & 0xF } as i32;
-        if p.scheme != QuantScheme::Q5_0 {
-            return low4;
+        let t = i / 4;
+        match p.scheme {
+            QuantScheme::Q5_0 => {
+                let bit = lane * 4 + i % 4;
+                low4 | ((((block[256 + 8 * t + bit / 8] >> (bit % 8)) & 1) as i32) << 4)
+            }
+            QuantScheme::Q6K => {
+                let top = (block[256 + 64 * (t / 4) + 4 * lane + e] >> (2 * (t % 4))) & 3;
+                low4 | ((top as i32) << 4)
+            }
+            _ => low4,
         }
-        let (t, bit) = (i / 4, lane * 4 + i % 4);
-        low4 | ((((block[256 + 8 * t + bit / 8] >> (bit % 8)) & 1) as i32) << 4)
+    }
+
+    /// The header fields of row `row`'s super-block `u` in a K-quant repack: (f16 bytes of
+    /// `d`, of `dmin` (Q4_K), the sub-block scales).
+    fn repacked_k_header(p: &Packed, row: usize, u: usize) -> ([u8; 2], [u8; 2], Vec<u8>) {
+        let (g, lane) = (row / ROWS, row % ROWS);
+        let header = &p.bytes()[g * group_bytes(p.scheme, p.k) + u * unit_bytes(p.scheme)..];
+        let f16 = |at: usize| [header[at + 2 * lane], header[at + 2 * lane + 1]];
+        // Q4_K's 8 scales then 8 mins, Q6_K's 16 scales: 16 bytes apart.
+        let first = if p.scheme == QuantScheme::Q4K { 64 } else { 32 };
+        let sc = (0..16).map(|j| header[first + 16 * j + lane]).collect();
+        (f16(0), if p.scheme == QuantScheme::Q4K { f16(32) } else { [0, 0] }, sc)
     }
 
     /// The repacked copy holds every value and scale of the source, in runs on one thread
@@ -773,10 +1027,19 @@ mod tests {
     #[test]
     fn repacking_keeps_every_value_on_one_thread_or_several() {
         let pool = crate::threads::pool(2).unwrap();
-        let (n, k) = (37, 96);
-        for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q5_0, QuantScheme::Q8_0] {
+        let n = 37;
+        for scheme in [
+            QuantScheme::Q4_0,
+            QuantScheme::Q4_1,
+            QuantScheme::Q5_0,
+            QuantScheme::Q8_0,
+            QuantScheme::Q4K,
+            QuantScheme::Q6K,
+        ] {
+            let k = 3 * scheme.block_size();
             let bb = scheme.block_bytes();
-            let w: Vec<u8> = (0..n * k / 32 * bb).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
+            let w: Vec<u8> =
+                (0..n * k / scheme.block_size() * bb).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
             let released = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
             let (base, calls) = (w.as_ptr() as usize, released.clone());
             let release: PageRelease = std::sync::Arc::new(move |bytes: &[u8]| {
@@ -793,32 +1056,39 @@ mod tests {
             let mut covered = vec![false; w.len()];
             calls[..calls.len() - 1].iter().for_each(|r| covered[r.clone()].fill(true));
             assert!(calls.len() > 2 && covered.iter().all(|&c| c), "{scheme:?}: runs not released: {calls:?}");
-            let out_block = block_bytes(scheme);
+            let units = k / scheme.block_size();
             for row in 0..n {
-                for b in 0..k / 32 {
-                    let src = &w[(row * k / 32 + b) * bb..][..bb];
-                    let quants = match scheme {
-                        QuantScheme::Q4_1 => &src[4..],
-                        QuantScheme::Q5_0 => &src[6..],
-                        _ => &src[2..],
-                    };
-                    for i in 0..32 {
-                        let want = match scheme {
-                            QuantScheme::Q8_0 => quants[i] as i8 as i32,
-                            _ => {
-                                let nibble = if i < 16 { quants[i] & 0xF } else { quants[i - 16] >> 4 } as i32;
-                                let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
-                                let fifth = if scheme == QuantScheme::Q5_0 { ((qh >> i) & 1) as i32 } else { 0 };
-                                nibble | (fifth << 4)
-                            }
-                        };
+                for unit in 0..units {
+                    let src = &w[(row * units + unit) * bb..][..bb];
+                    // The unit's values in order, unsigned, by the scalar unpacking (Q8_0's
+                    // signed).
+                    let mut want = [0u8; 256];
+                    super::super::quant_gemm::quants(scheme, src, &mut want);
+                    for v in 0..scheme.block_size() {
+                        let (b, i) = (unit * scheme.block_size() / 32 + v / 32, v % 32);
+                        let want =
+                            if scheme == QuantScheme::Q8_0 { (want[v] ^ 0x80) as i8 as i32 } else { want[v] as i32 };
                         assert_eq!(repacked_value(&one, row, b, i), want, "{scheme:?} row {row} block {b} value {i}");
                     }
-                    let block = &one.bytes()[((row / ROWS) * (k / 32) + b) * out_block..][..out_block];
+                    if is_k(scheme) {
+                        let (d, dmin, sc) = repacked_k_header(&one, row, unit);
+                        let (want_sc, want_d): (Vec<u8>, _) = if scheme == QuantScheme::Q4K {
+                            let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
+                            (sc.iter().chain(&mn).copied().collect(), [src[0], src[1]])
+                        } else {
+                            (src[192..208].to_vec(), [src[208], src[209]])
+                        };
+                        assert_eq!((d, sc), (want_d, want_sc), "{scheme:?} row {row} super-block {unit}: d, scales");
+                        if scheme == QuantScheme::Q4K {
+                            assert_eq!(dmin, [src[2], src[3]], "row {row} super-block {unit}: dmin");
+                        }
+                        continue;
+                    }
+                    let block = &one.bytes()[(row / ROWS) * group_bytes(scheme, k) + unit * unit_bytes(scheme)..];
                     let (qb, lane) = (quant_bytes(scheme), row % ROWS);
-                    assert_eq!(block[qb + 2 * lane..][..2], src[..2], "{scheme:?} row {row} block {b}: scale");
+                    assert_eq!(block[qb + 2 * lane..][..2], src[..2], "{scheme:?} row {row} block {unit}: scale");
                     if scheme == QuantScheme::Q4_1 {
-                        assert_eq!(block[qb + 32 + 2 * lane..][..2], src[2..4], "row {row} block {b}: offset");
+                        assert_eq!(block[qb + 32 + 2 * lane..][..2], src[2..4], "row {row} block {unit}: offset");
                     }
                 }
             }

@@ -369,17 +369,20 @@ mod x86 {
     /// The panel of columns `16 g0..16 g0 + 48` from the repacked weight: per block, each
     /// 4-value step of 16 rows (a 64-byte vector, nibbles split as the 8-bit kernel does)
     /// gives two pairs, its dwords' low and high halves narrowed to words and the bytes
-    /// widened; the scales from the block's f16 `d` (and Q4_1's mins). Groups past the
-    /// weight are zeros.
+    /// widened; the group terms as the 8-bit kernel forms them (`q8_packed::x86::terms`).
+    /// Groups past the weight are zeros.
     ///
     /// # Safety
-    /// The host has AVX-512 F/BW/VL and F16C; the panel was made for `p.k` and groups of 32.
+    /// The host has AVX-512 F/BW/VL and F16C; the panel was made for `p.k` and the scheme's
+    /// groups ([`super::group_size`]).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
     pub unsafe fn fill_packed_avx512(p: &Packed, g0: usize, panel: &mut Panel) {
+        use super::q8_packed::{group_bytes, quants_offset};
         let nb = p.k / 32;
-        let (bb, quant_bytes) = (super::q8_packed::block_bytes(p.scheme), super::q8_packed::quant_bytes(p.scheme));
+        let (gb, per_block) = (group_bytes(p.scheme, p.k), 32 / super::group_size(p.scheme).unwrap_or(32));
         let groups = p.n.div_ceil(LANES);
-        assert!(panel.values.len() >= nb * 16 * PANEL && panel.sw.len() >= nb * PANEL && panel.ow.len() >= nb * PANEL);
+        let terms = nb * per_block * PANEL;
+        assert!(panel.values.len() >= nb * 16 * PANEL && panel.sw.len() >= terms && panel.ow.len() >= terms);
         let bytes = p.bytes();
         if g0 + VECS > groups {
             panel.values.fill(0);
@@ -387,13 +390,14 @@ mod x86 {
             panel.ow.fill(0.0);
         }
         // SAFETY (whole body): each group read lies in `bytes` (g0 + v < groups); stores
-        // write pair (16 b + 2 t + 1) of vector v and term (b, v), inside the panel.
+        // write pair (16 b + 2 t + 1) of vector v and term (b per_block + h, v), inside the
+        // panel.
         unsafe {
-            let offset = _mm512_set1_ps(super::q8_packed::offset(p.scheme));
             let values = panel.values.as_mut_ptr();
             for v in 0..VECS.min(groups - g0) {
+                let group = bytes.as_ptr().add((g0 + v) * gb);
                 for b in 0..nb {
-                    let at = bytes.as_ptr().add(((g0 + v) * nb + b) * bb);
+                    let at = group.add(quants_offset(p.scheme, b));
                     let steps = super::q8_packed::x86::steps(p.scheme, at);
                     for (t, &s) in steps.iter().enumerate() {
                         let pair = b * 16 + 2 * t;
@@ -402,14 +406,12 @@ mod x86 {
                         _mm512_storeu_si512(values.add((pair * VECS + v) * LANES) as *mut __m512i, low);
                         _mm512_storeu_si512(values.add(((pair + 1) * VECS + v) * LANES) as *mut __m512i, high);
                     }
-                    let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
-                    let ow = if p.scheme == QuantScheme::Q4_1 {
-                        _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
-                    } else {
-                        _mm512_mul_ps(sw, offset)
-                    };
-                    _mm512_storeu_ps(panel.sw.as_mut_ptr().add((b * VECS + v) * LANES), sw);
-                    _mm512_storeu_ps(panel.ow.as_mut_ptr().add((b * VECS + v) * LANES), ow);
+                    for h in 0..per_block {
+                        let (sw, ow) = super::q8_packed::x86::terms(p.scheme, group, b, h);
+                        let term = ((b * per_block + h) * VECS + v) * LANES;
+                        _mm512_storeu_ps(panel.sw.as_mut_ptr().add(term), sw);
+                        _mm512_storeu_ps(panel.ow.as_mut_ptr().add(term), ow);
+                    }
                 }
             }
         }
@@ -519,13 +521,15 @@ mod x86 {
     /// shuffle and the bytes widened.
     ///
     /// # Safety
-    /// The host has AVX2 and F16C; the panel was made for `p.k` and groups of 32.
+    /// The host has AVX2 and F16C; the panel was made for `p.k` and the scheme's groups.
     #[target_feature(enable = "avx2,f16c")]
     pub unsafe fn fill_packed_avx2(p: &Packed, g0: usize, panel: &mut Panel) {
+        use super::q8_packed::{group_bytes, quants_offset};
         let nb = p.k / 32;
-        let (bb, quant_bytes) = (super::q8_packed::block_bytes(p.scheme), super::q8_packed::quant_bytes(p.scheme));
+        let (gb, per_block) = (group_bytes(p.scheme, p.k), 32 / super::group_size(p.scheme).unwrap_or(32));
         let groups = p.n.div_ceil(LANES);
-        assert!(panel.values.len() >= nb * 16 * PANEL && panel.sw.len() >= nb * PANEL && panel.ow.len() >= nb * PANEL);
+        let terms = nb * per_block * PANEL;
+        assert!(panel.values.len() >= nb * 16 * PANEL && panel.sw.len() >= terms && panel.ow.len() >= terms);
         let bytes = p.bytes();
         if g0 + VECS > groups {
             panel.values.fill(0);
@@ -534,7 +538,6 @@ mod x86 {
         }
         // SAFETY (whole body): as in `fill_packed_avx512`.
         unsafe {
-            let offset = _mm256_set1_ps(super::q8_packed::offset(p.scheme));
             // Per 128-bit lane: the low words of its 4 dwords, then the high words.
             let split = _mm256_setr_epi8(
                 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, //
@@ -543,8 +546,9 @@ mod x86 {
             let bias = _mm256_set1_epi8(if p.scheme == QuantScheme::Q8_0 { -128 } else { 0 });
             let values = panel.values.as_mut_ptr();
             for v in 0..VECS.min(groups - g0) {
+                let group = bytes.as_ptr().add((g0 + v) * gb);
                 for b in 0..nb {
-                    let at = bytes.as_ptr().add(((g0 + v) * nb + b) * bb);
+                    let at = group.add(quants_offset(p.scheme, b));
                     for half in 0..2 {
                         // Q8_0's steps come signed; the panel holds them biased (`u = q + 128`).
                         let steps = super::q8_packed::x86::half_steps_avx2(p.scheme, at, half);
@@ -558,15 +562,12 @@ mod x86 {
                             _mm256_storeu_si256(dst, _mm256_cvtepu8_epi16(low));
                             _mm256_storeu_si256(dst.add(VECS * LANES / 8), _mm256_cvtepu8_epi16(high));
                         }
-                        let sw = _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 16 * half) as *const __m128i));
-                        let ow = if p.scheme == QuantScheme::Q4_1 {
-                            _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 32 + 16 * half) as *const __m128i))
-                        } else {
-                            _mm256_mul_ps(sw, offset)
-                        };
-                        let terms = (b * VECS + v) * LANES + 8 * half;
-                        _mm256_storeu_ps(panel.sw.as_mut_ptr().add(terms), sw);
-                        _mm256_storeu_ps(panel.ow.as_mut_ptr().add(terms), ow);
+                        for h in 0..per_block {
+                            let (sw, ow) = super::q8_packed::x86::terms_avx2(p.scheme, group, b, h, half);
+                            let term = ((b * per_block + h) * VECS + v) * LANES + 8 * half;
+                            _mm256_storeu_ps(panel.sw.as_mut_ptr().add(term), sw);
+                            _mm256_storeu_ps(panel.ow.as_mut_ptr().add(term), ow);
+                        }
                     }
                 }
             }

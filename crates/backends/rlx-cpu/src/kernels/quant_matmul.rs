@@ -3,11 +3,10 @@
 //! Paths, by the op's activations and the number of activation rows `m`:
 //! - **8-bit activations** (decode): each activation row is quantized once to 8 bits per
 //!   block of 32, then every weight row is an integer dot product per block, scaled in
-//!   f32. On AVX-512 VNNI, Q4_0 / Q4_1 / Q5_0 / Q8_0 weights are read repacked 16 rows
-//!   side by side (`q8_packed`); elsewhere, and for the K-quants, the row kernels here:
-//!   VNNI (`vpdpbusd`, 64 weights per instruction), AVX2 (`vpmaddubsw` + `vpmaddwd`) and
-//!   portable arms; other schemes decode each weight block to f32 and dot it with the
-//!   quantized row.
+//!   f32. On AVX-512 VNNI or AVX2, Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weights are
+//!   read repacked 16 rows side by side (`q8_packed`); elsewhere the row kernels here
+//!   (AVX2 for CPUs without F16C, and portable arms); other schemes decode each weight
+//!   block to f32 and dot it with the quantized row.
 //! - **16-bit activations** (prompts): the integer GEMM of `quant_gemm` on AVX-512 VNNI;
 //!   elsewhere the rows are quantized, restored to f32 and take the f32 paths below.
 //! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
@@ -345,12 +344,14 @@ fn halves(layout: Layout, b: usize, nb: usize) -> (usize, usize) {
 }
 
 /// A row quantized to 8 bits per block: values `q`, per-block scale `d` and `s = d * sum(q)`,
-/// and for the vector arms `ds = [d, c * s]` per block (`ds_terms`).
+/// and for the vector arms `ds = [d, c * s]` per block (`ds_terms`); for products on
+/// repacked Q6_K weights the sum of each 16 values (`sums16`, empty otherwise).
 pub(super) struct Q8Row<'a> {
     pub(super) q: &'a [i8],
     pub(super) d: &'a [f32],
     pub(super) s: &'a [f32],
     ds: &'a [f32],
+    pub(super) sums16: &'a [i32],
 }
 
 /// The factor `c` of a block's scalar term `c * s` that pairs with the weight header's
@@ -422,71 +423,9 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
             });
         }
         let rb = p.row_bytes();
-        if let Some(kernel) = rows_kernel(p.scheme, arm) {
-            // Each column chunk's weight rows against the activation rows, 8 at a time:
-            // its weight blocks unpacked once a pass instead of once a row.
-            return par_column_chunks(p, out, |j0, outs| {
-                let w = &w[j0 * rb..][..outs[0].len() * rb];
-                for (rows, outs) in rows.chunks(ROWS_PASS).zip(outs.chunks_mut(ROWS_PASS)) {
-                    kernel(w, rows, outs);
-                }
-            });
-        }
         let dot = dot_kernel(p.scheme, arm);
         par_columns(p, out, |i, j0, o| dot(p.scheme, &w[j0 * rb..][..o.len() * rb], &rows[i], o))
     })
-}
-
-/// Activation rows per call of a [`RowsFn`] (accumulators in registers).
-const ROWS_PASS: usize = 8;
-
-/// Dot products of weight rows with up to [`ROWS_PASS`] q8 rows at once (`outs[i]` for
-/// activation row `i`), each output computed as with that row alone.
-type RowsFn = fn(&[u8], &[Q8Row], &mut [&mut [f32]]);
-
-/// The K-quant kernels that take several activation rows at once, for `scheme` on `arm`
-/// (AVX-512 VNNI, or AVX2 without it).
-/// A batched Gemma 3 270M decode step (8 rows, 2 threads, Intel Xeon model 207): its
-/// Q4_K and Q6_K products (attn_output, ffn_down) row by row took 13.1 ms of 28.7.
-fn rows_kernel(scheme: QuantScheme, arm: Arm) -> Option<RowsFn> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let f = features();
-        if arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni && f.f16c {
-            use q8_packed::by_rows;
-            match scheme {
-                // SAFETY: the features were checked above.
-                QuantScheme::Q4K => {
-                    return Some(|w, a, o| unsafe { by_rows!(x86::dot_rows_q4k_vnni_avx512(w, a, o), a.len()) });
-                }
-                // SAFETY: the features were checked above.
-                QuantScheme::Q6K => {
-                    return Some(|w, a, o| unsafe { by_rows!(x86::dot_rows_q6k_vnni_avx512(w, a, o), a.len()) });
-                }
-                _ => {}
-            }
-        }
-        // Without VNNI, the same bodies on `vpmaddubsw`. AMD EPYC Zen 3, one thread, against the
-        // block-by-block unpacked path (which these schemes took before): Gemma 3 270M's
-        // attn_output (640 x 1024 Q4_K), one row, 356 -> 44 us; its decode at 2 threads
-        // 45.7-48.1 -> 66.5-74.7 tok/s.
-        if arm.min(Arm::best()) == Arm::Avx2 && f.f16c {
-            use q8_packed::by_rows;
-            match scheme {
-                // SAFETY: AVX2 + FMA (the arm) and F16C were checked above.
-                QuantScheme::Q4K => {
-                    return Some(|w, a, o| unsafe { by_rows!(x86::dot_rows_q4k_avx2(w, a, o), a.len()) });
-                }
-                // SAFETY: as above.
-                QuantScheme::Q6K => {
-                    return Some(|w, a, o| unsafe { by_rows!(x86::dot_rows_q6k_avx2(w, a, o), a.len()) });
-                }
-                _ => {}
-            }
-        }
-    }
-    let _ = (scheme, arm);
-    None
 }
 
 /// `f` of `x`'s `m` rows quantized to 8 bits in `layout` (in this thread's scratch), with
@@ -495,10 +434,16 @@ fn with_q8_rows<R>(p: &QuantMatMulPlan, arm: Arm, x: &[f32], layout: Layout, f: 
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
     let c = ds_factor(p.scheme);
-    // Scratch: the m quantized rows (k bytes each) after 4 * m * nb floats of scales.
-    let floats = 4 * m * nb + (m * k).div_ceil(4);
+    // Q6_K's repacked products take the quants' sums by 16 (in integers).
+    let sums16 = if p.scheme == QuantScheme::Q6K && q8_packed::available(p.scheme, arm) { 2 * m * nb } else { 0 };
+    // Scratch: the m quantized rows (k bytes each) after 4 * m * nb floats of scales and
+    // the sums by 16.
+    let floats = 4 * m * nb + sums16 + (m * k).div_ceil(4);
     crate::threads::with_scratch::<f32, _>(floats, |scratch| {
-        let (scales, bytes) = scratch.split_at_mut(4 * m * nb);
+        let (scales, rest) = scratch.split_at_mut(4 * m * nb);
+        let (sums, bytes) = rest.split_at_mut(sums16);
+        // SAFETY: i32 has f32's size and alignment, and every bit pattern is valid.
+        let sums = unsafe { std::slice::from_raw_parts_mut(sums.as_mut_ptr().cast::<i32>(), sums16) };
         let (d, rest) = scales.split_at_mut(m * nb);
         let (s, ds) = rest.split_at_mut(m * nb);
         // SAFETY: i8 has alignment 1 and every bit pattern is valid; `bytes` holds
@@ -512,13 +457,18 @@ fn with_q8_rows<R>(p: &QuantMatMulPlan, arm: Arm, x: &[f32], layout: Layout, f: 
         for ((ds, &d), &s) in ds.chunks_exact_mut(2).zip(&*d).zip(&*s) {
             ds.copy_from_slice(&[d, c * s]);
         }
-        let (q, d, s, ds) = (&*q, &*d, &*s, &*ds);
+        for (sum, values) in sums.iter_mut().zip(q.chunks_exact(16)) {
+            *sum = values.iter().map(|&v| v as i32).sum();
+        }
+        let (q, d, s, ds, sums) = (&*q, &*d, &*s, &*ds, &*sums);
+        let per_row = sums16 / m.max(1);
         let rows: Vec<Q8Row> = (0..m)
             .map(|i| Q8Row {
                 q: &q[i * k..][..k],
                 d: &d[i * nb..][..nb],
                 s: &s[i * nb..][..nb],
                 ds: &ds[2 * i * nb..][..2 * nb],
+                sums16: &sums[i * per_row..][..per_row],
             })
             .collect();
         f(&rows)
@@ -731,7 +681,7 @@ fn dot_kernel(scheme: QuantScheme, arm: Arm) -> DotFn {
             |s, w, a, o| each_row(s, w, a, o, dot_portable)
         }
         QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K => {
-            // (Q4_K and Q6_K on AVX-512 VNNI or AVX2 go to `rows_kernel` instead.)
+            // (On AVX2 or AVX-512 VNNI, Q4_K and Q6_K go to `q8_packed`.)
             match arm.min(Arm::best()) {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `arm <= Arm::best()`: AVX-512 F/BW/VL/DQ + AVX2 + FMA detected.
@@ -945,7 +895,6 @@ mod x86 {
     //! term (lanes 1, 3) at once, so nothing per block runs in scalar code.
 
     use super::{Layout, Q8_BLOCK, Q8Row, QuantScheme, block_term, halves};
-    use crate::kernels::q8_packed::x86::prefetch_ahead;
     use std::arch::x86_64::*;
 
     /// `v` rounded half away from zero (truncated, then stepped away from zero when the
@@ -1186,301 +1135,6 @@ mod x86 {
                 }
                 d[b] = scale;
                 s[b] = scale * _mm512_reduce_add_epi32(sum) as f32;
-            }
-        }
-    }
-
-    /// Q4_K rows, whose quants are unsigned under the sub-block mins: 32 weights a
-    /// `vpdpbusd` against the activation block, `A` activation rows at once ([`q4k_rows`]).
-    /// Gemma 3 270M decode, 1 thread (AMD EPYC Zen 4): 40 tok/s with the `vpmaddwd` path,
-    /// 51 with `vpdpbusd`, 67.9-70.0 -> 71.4-72.3 with the scales taken 8 lanes at once.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn dot_rows_q4k_vnni_avx512<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        // SAFETY: as the caller guarantees.
-        unsafe { q4k_rows::<Vnni, A>(w, acts, outs) }
-    }
-
-    /// The integer dot of 32 unsigned weight bytes with 32 signed activation bytes, as 8
-    /// lane sums (of 4 products each); every arm's sums are the same integers.
-    trait ByteDot {
-        /// # Safety
-        /// The caller has the arm's features.
-        unsafe fn dot(u: __m256i, x: __m256i) -> __m256i;
-
-        /// `dot(u, x) - dot(32, x)`: Q6_K's quants stored `q + 32`, for `u` at most 63.
-        ///
-        /// # Safety
-        /// As [`ByteDot::dot`].
-        unsafe fn dot_less_32(u: __m256i, x: __m256i) -> __m256i;
-    }
-
-    /// `vpdpbusd` (AVX-512 VL + VNNI).
-    struct Vnni;
-
-    impl ByteDot for Vnni {
-        #[inline(always)]
-        unsafe fn dot(u: __m256i, x: __m256i) -> __m256i {
-            // SAFETY: the caller has AVX-512 VL and VNNI.
-            unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x) }
-        }
-
-        #[inline(always)]
-        unsafe fn dot_less_32(u: __m256i, x: __m256i) -> __m256i {
-            // SAFETY: the caller has AVX-512 VL and VNNI.
-            unsafe { _mm256_sub_epi32(Self::dot(u, x), Self::dot(_mm256_set1_epi8(32), x)) }
-        }
-    }
-
-    /// `vpmaddubsw` then `vpmaddwd` by ones (AVX2): the 16-bit pair sums do not saturate
-    /// for Q4_K's quants (at most 15 x 128 x 2).
-    struct Maddubs;
-
-    impl ByteDot for Maddubs {
-        #[inline(always)]
-        unsafe fn dot(u: __m256i, x: __m256i) -> __m256i {
-            // SAFETY: the caller has AVX2.
-            unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)) }
-        }
-
-        #[inline(always)]
-        unsafe fn dot_less_32(u: __m256i, x: __m256i) -> __m256i {
-            // SAFETY: the caller has AVX2; the 16-bit differences fit (at most 63 x 128 x 2
-            // + 32 x 128 x 2 in magnitude).
-            unsafe {
-                let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), _mm256_maddubs_epi16(_mm256_set1_epi8(32), x));
-                _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
-            }
-        }
-    }
-
-    /// Q4_K rows times `A` activation rows, each weight block unpacked once for all: per
-    /// row an 8-lane chain `acc = fma(cvt(dot(q, x)), d sc_j d_x, acc)` over the sub-blocks
-    /// in order, and the mins' terms `(dmin m_j) s_x` subtracted one by one in order; the
-    /// output is the chain's lanes summed plus those. A row's operations do not depend on
-    /// `A` or on the arm (the same bits alone, in a batch, with or without VNNI). The
-    /// super-block's scales are unpacked and scaled 8 lanes at once ([`q4k_scales_avx2`]),
-    /// where the scalar unpacking and scaling before made the one-row loop ~260
-    /// instructions a super-block. One thread, AMD EPYC Zen 4, cold weights, kernel alone, GB/s before ->
-    /// after: `vpdpbusd` at 1 row, 640 x 2048 7.4-7.8 -> 9.2-10.3, 65536 x 2048 8.9-9.2 ->
-    /// 12.2-12.8; AVX2 at 1 row 6.8-7.1 -> 8.5-8.8 and 7.1-8.6 -> 9.7-11.0, at 8 rows
-    /// 65536 x 2048 35.3-35.6 -> 29.0-29.2 ms; `vpdpbusd` at 8 rows, where pairs of rows
-    /// in 512-bit registers ran before, 42.3-42.4 -> 21.8 ms. Two columns at a time (their
-    /// chains interleaved) was slower: 12.5 -> 11.0 GB/s; the loop is bound by its
-    /// instructions.
-    ///
-    /// # Safety
-    /// The caller has AVX2, FMA, F16C and `D`'s features; `w` holds whole rows of whole
-    /// blocks, one per `outs[i]` column, and every activation row as many blocks.
-    #[inline(always)]
-    unsafe fn q4k_rows<D: ByteDot, const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
-        let bb = QuantScheme::Q4K.block_bytes();
-        let rb = w.len() / outs[0].len().max(1);
-        let blocks = rb / bb;
-        assert!(acts.iter().all(|a| a.q.len() >= blocks * 256 && a.d.len() >= blocks * 8 && a.s.len() >= blocks * 8));
-        // SAFETY (whole body): every load reads inside a block's 144 bytes or an
-        // activation row's first `blocks` super-blocks (checked above); the caller has
-        // the features.
-        unsafe {
-            let low = _mm256_set1_epi8(0x0F);
-            for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                let mut acc = [_mm256_setzero_ps(); A];
-                let mut mins = [0f32; A];
-                for (c, wb) in row.chunks_exact(bb).enumerate() {
-                    prefetch_block(wb);
-                    let first = c * 8;
-                    let (sw, mw) = q4k_scales_avx2(wb);
-                    // Per row and lane j: (d sc_j) d_x and (dmin m_j) s_x, as scalars would.
-                    let mut scales = [_mm256_setzero_ps(); A];
-                    for (i, a) in acts.iter().enumerate() {
-                        scales[i] = _mm256_mul_ps(sw, _mm256_loadu_ps(a.d.as_ptr().add(first)));
-                        let mut terms = [0f32; 8];
-                        _mm256_storeu_ps(
-                            terms.as_mut_ptr(),
-                            _mm256_mul_ps(mw, _mm256_loadu_ps(a.s.as_ptr().add(first))),
-                        );
-                        for t in terms {
-                            mins[i] -= t;
-                        }
-                    }
-                    for pair in 0..4 {
-                        let packed = _mm256_loadu_si256(wb[16 + 32 * pair..].as_ptr().cast());
-                        let nibbles =
-                            [_mm256_and_si256(packed, low), _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low)];
-                        for (half, &u) in nibbles.iter().enumerate() {
-                            let j = 2 * pair + half;
-                            let lane = _mm256_set1_epi32(j as i32);
-                            for (i, a) in acts.iter().enumerate() {
-                                let x = _mm256_loadu_si256(a.q.as_ptr().add((first + j) * 32).cast());
-                                let isum = _mm256_cvtepi32_ps(D::dot(u, x));
-                                acc[i] = _mm256_fmadd_ps(isum, _mm256_permutevar8x32_ps(scales[i], lane), acc[i]);
-                            }
-                        }
-                    }
-                }
-                for (i, out) in outs.iter_mut().enumerate() {
-                    out[col] = hsum8(acc[i]) + mins[i];
-                }
-            }
-        }
-    }
-
-    /// A Q4_K super-block's 8 sub-block scales `d sc_j` and mins `dmin m_j` as 8 lanes, each
-    /// the product the scalar code forms (`d * sc_j as f32`): `rlx_ir::quant::k_scale_min`'s
-    /// bit operations on 32-bit words, a byte's bits 6-7 shifted right by 2 (into 4-5) and
-    /// masked; what shifts in from the next byte lands in bits 6-7 and is masked away.
-    ///
-    /// # Safety
-    /// `wb` holds a Q4_K block (144 bytes); the caller has AVX2 and F16C.
-    #[inline(always)]
-    unsafe fn q4k_scales_avx2(wb: &[u8]) -> (__m256, __m256) {
-        let word = |at: usize| u32::from_le_bytes([wb[at], wb[at + 1], wb[at + 2], wb[at + 3]]);
-        let (d, dmin) = (super::f16_at(wb, 0), super::f16_at(wb, 2));
-        let (w0, w1, w2) = (word(4), word(8), word(12));
-        let sc = (w0 & 0x3F3F_3F3F) as u64 | (((w2 & 0x0F0F_0F0F) | ((w0 >> 2) & 0x3030_3030)) as u64) << 32;
-        let mn = (w1 & 0x3F3F_3F3F) as u64 | ((((w2 >> 4) & 0x0F0F_0F0F) | ((w1 >> 2) & 0x3030_3030)) as u64) << 32;
-        // SAFETY: the caller has AVX2. (No closure for the widening: it would not inherit
-        // the caller's target features.)
-        unsafe {
-            let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(sc as i64)));
-            let mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mn as i64)));
-            (_mm256_mul_ps(_mm256_set1_ps(d), sc), _mm256_mul_ps(_mm256_set1_ps(dmin), mn))
-        }
-    }
-
-    /// The sum of `v`'s 8 lanes, in the row kernels' order.
-    #[inline(always)]
-    unsafe fn hsum8(v: __m256) -> f32 {
-        // SAFETY: the callers have AVX.
-        unsafe {
-            let sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-            let sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-            let sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-            _mm_cvtss_f32(sum)
-        }
-    }
-
-    /// [`prefetch_ahead`] of a block's bytes: a row kernel reads its rows in address order,
-    /// and in a decode step the weights come from DRAM. Gemma 3 270M's 640 x 2048 Q4_K
-    /// product rotating over 300 copies, 1 thread (Intel Xeon, model 207): 167-184 ->
-    /// 94-98 us; in its decode step (`RLX_PROFILE`) the Q6_K `ffn_down` products
-    /// 0.175-0.200 -> 0.151-0.167 ms.
-    #[inline(always)]
-    fn prefetch_block(block: &[u8]) {
-        prefetch_ahead(block.as_ptr(), block.len());
-    }
-
-    /// Half `h` of a Q6_K block's quants (`q + 32`, 0..63) as 4 vectors of 32 bytes,
-    /// values `128 h + 32 k..` in vector `k` (`quant_gemm::quants`' order): low 4 bits
-    /// from `ql`, high 2 from `qh`, unpacked in registers.
-    ///
-    /// # Safety
-    /// `wb` is a whole Q6_K block (210 bytes); the caller has AVX2.
-    #[inline(always)]
-    unsafe fn q6k_half_quants(wb: &[u8], h: usize) -> [__m256i; 4] {
-        // SAFETY: ql (0..128) and qh (128..192) lie in the block; AVX2 as the caller has.
-        unsafe {
-            let (low, high) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
-            let ql0 = _mm256_loadu_si256(wb[h * 64..].as_ptr().cast());
-            let ql1 = _mm256_loadu_si256(wb[h * 64 + 32..].as_ptr().cast());
-            let qh = _mm256_loadu_si256(wb[128 + h * 32..].as_ptr().cast());
-            // (No closure: it would not inherit the caller's target features.)
-            let (ql_hi0, ql_hi1) = (_mm256_srli_epi16::<4>(ql0), _mm256_srli_epi16::<4>(ql1));
-            let planes = [
-                (ql0, _mm256_slli_epi16::<4>(qh)),
-                (ql1, _mm256_slli_epi16::<2>(qh)),
-                (ql_hi0, qh),
-                (ql_hi1, _mm256_srli_epi16::<2>(qh)),
-            ];
-            let mut quants = [_mm256_setzero_si256(); 4];
-            for (q, (l, h)) in quants.iter_mut().zip(planes) {
-                *q = _mm256_or_si256(_mm256_and_si256(l, low), _mm256_and_si256(h, high));
-            }
-            quants
-        }
-    }
-
-    /// Q6_K rows times `A` activation rows ([`q6k_rows`]) with `vpdpbusd`. Gemma 3 270M's
-    /// ffn_down shape (640 x 2048), 1 thread (AMD EPYC): 100-137 -> 54 us a product hot,
-    /// 104 -> 70 us cold, against the `vpmaddwd` path; in the model 0.20-0.25 -> 0.15 ms.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn dot_rows_q6k_vnni_avx512<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        // SAFETY: as the caller guarantees.
-        unsafe { q6k_rows::<Vnni, A>(w, acts, outs) }
-    }
-
-    /// Q4_K rows on AVX2 without VNNI, `A` activation rows at once ([`q4k_rows`]): each 32
-    /// values' nibbles `vpmaddubsw` against the activation block, widened by `vpmaddwd`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_rows_q4k_avx2<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        // SAFETY: as the caller guarantees.
-        unsafe { q4k_rows::<Maddubs, A>(w, acts, outs) }
-    }
-
-    /// Q6_K rows on AVX2 without VNNI ([`q6k_rows`]): `vpmaddubsw` against the activation
-    /// block less `vpmaddubsw` of 32 against it (16-bit sums, at most 63 x 128 x 2 and
-    /// 32 x 128 x 2), widened by `vpmaddwd`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_rows_q6k_avx2<const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        // SAFETY: as the caller guarantees.
-        unsafe { q6k_rows::<Maddubs, A>(w, acts, outs) }
-    }
-
-    /// Q6_K rows times `A` activation rows, each weight block unpacked once for all: each
-    /// 32 values' quants (6 bits, stored `q + 32`, unpacked from the low and high bit
-    /// planes in registers) dotted with the activation block less 32 times its sum
-    /// ([`ByteDot::dot_less_32`]), lanes 0-3 scaled by sub-block 2j's scale and 4-7 by
-    /// 2j + 1's (times `d`, then the activation block's scale), one 8-lane FMA chain a
-    /// row in sub-block order. A row's operations do not depend on `A` or the arm. One
-    /// 256-bit chain a row replaced pairs of rows in 512-bit registers on VNNI: AMD EPYC
-    /// Zen 4, 1 thread, a cold 65536 x 2048 weight at 8 rows 37.3-37.4 -> 26.0-26.7 ms,
-    /// at 1 row 8.5-9.0 -> 7.2-7.4 ms.
-    ///
-    /// # Safety
-    /// The caller has AVX2, FMA, F16C and `D`'s features; `w` holds whole rows of whole
-    /// blocks, one per `outs[i]` column, and every activation row as many blocks.
-    #[inline(always)]
-    unsafe fn q6k_rows<D: ByteDot, const A: usize>(w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
-        let acts: &[Q8Row; A] = acts[..A].try_into().expect("A activation rows");
-        let bb = QuantScheme::Q6K.block_bytes();
-        let rb = w.len() / outs[0].len().max(1);
-        let blocks = rb / bb;
-        assert!(acts.iter().all(|a| a.q.len() >= blocks * 256 && a.d.len() >= blocks * 8));
-        // SAFETY (whole body): every load reads inside a block's bytes (ql at 0, qh at 128,
-        // the scales at 192, d at 208 of 210) or an activation row's first `blocks`
-        // super-blocks (checked above); the caller has the features.
-        unsafe {
-            // Lanes 0-3 take scale 2k, lanes 4-7 scale 2k + 1 of the half's 8.
-            let pick: [__m256i; 4] = std::array::from_fn(|k| {
-                let (e, o) = (2 * k as i32, 2 * k as i32 + 1);
-                _mm256_setr_epi32(e, e, e, e, o, o, o, o)
-            });
-            for (col, row) in w.chunks_exact(rb.max(1)).enumerate() {
-                let mut acc = [_mm256_setzero_ps(); A];
-                for (c, wb) in row.chunks_exact(bb).enumerate() {
-                    prefetch_block(wb);
-                    let d = _mm256_set1_ps(super::f16_at(wb, 208));
-                    let scale_bytes = _mm_loadu_si128(wb[192..].as_ptr().cast());
-                    let scales = [
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scale_bytes)), d),
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(scale_bytes))), d),
-                    ];
-                    for (h, &half_scales) in scales.iter().enumerate() {
-                        for (k, &u) in q6k_half_quants(wb, h).iter().enumerate() {
-                            let j = 4 * h + k;
-                            let scale = _mm256_permutevar8x32_ps(half_scales, pick[k]);
-                            for (i, a) in acts.iter().enumerate() {
-                                let x = _mm256_loadu_si256(a.q.as_ptr().add(c * 256 + 32 * j).cast());
-                                let isum = _mm256_cvtepi32_ps(D::dot_less_32(u, x));
-                                let scale = _mm256_mul_ps(scale, _mm256_set1_ps(*a.d.get_unchecked(c * 8 + j)));
-                                acc[i] = _mm256_fmadd_ps(isum, scale, acc[i]);
-                            }
-                        }
-                    }
-                }
-                for (i, out) in outs.iter_mut().enumerate() {
-                    out[col] = hsum8(acc[i]);
-                }
             }
         }
     }
