@@ -1,7 +1,7 @@
 //! The 8-bit activation products (decode) against weights repacked 16 rows side by side.
 //!
-//! Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K rows are repacked once (a param's copy lives in its
-//! `ParamBuffer`) so that one 64-byte load holds the same 4 quants of 16 weight rows:
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows are repacked once (a param's copy
+//! lives in its `ParamBuffer`) so that one 64-byte load holds the same 4 quants of 16 weight rows:
 //! `vpdpbusd` then takes 4 activation bytes broadcast and gives 16 rows' partial dots, one
 //! per lane, and a block of 32 costs 8 of them per (16 rows, activation row), plus one
 //! conversion and two FMAs for the scales. Row by row (`quant_matmul`'s kernels, and the
@@ -17,10 +17,10 @@
 //!
 //! Layout, per group of 16 rows and per block of 32 values: the quants (4-bit: 4 chunks of
 //! 64 bytes, chunk `c` holding steps `2c` (low nibbles) and `2c + 1` (high nibbles), then
-//! for Q5_0 a 64-bit mask per step of the values' fifth bits, for Q6_K two 64-byte planes
-//! of the top two bits; 8-bit: 8 chunks, Q8_0's signed quants biased by +128), where step
+//! for the 5-bit schemes a 64-bit mask per step of the values' fifth bits, for Q6_K two
+//! 64-byte planes of the top two bits; 8-bit: 8 chunks, Q8_0's signed quants biased by +128), where step
 //! `t` of lane `j` is row `j`'s values `4t..4t + 4`; then the 16 rows' f16 scales `d`;
-//! then, for Q4_1, their f16 mins. A K-quant super-block (8 blocks) puts its 16 rows'
+//! then, for Q4_1 and Q5_1, their f16 mins. A K-quant super-block (8 blocks) puts its 16 rows'
 //! header first ([`k_header_bytes`]) and its blocks' quants after. The groups follow each
 //! other in row order, each group's blocks in column order, so a product reads the bytes
 //! in address order (the Zen 4 prefetcher's best case).
@@ -68,6 +68,8 @@ const Q5_0: u8 = 2;
 const Q8_0: u8 = 3;
 const Q4_K: u8 = 4;
 const Q6_K: u8 = 5;
+const Q5_1: u8 = 6;
+const Q5_K: u8 = 7;
 
 /// `scheme`'s const parameter (one of the packable schemes: [`available`]).
 fn scheme_id(scheme: QuantScheme) -> u8 {
@@ -77,6 +79,8 @@ fn scheme_id(scheme: QuantScheme) -> u8 {
         QuantScheme::Q5_0 => Q5_0,
         QuantScheme::Q4K => Q4_K,
         QuantScheme::Q6K => Q6_K,
+        QuantScheme::Q5_1 => Q5_1,
+        QuantScheme::Q5K => Q5_K,
         _ => Q8_0,
     }
 }
@@ -89,6 +93,8 @@ const fn scheme_of(id: u8) -> QuantScheme {
         Q5_0 => QuantScheme::Q5_0,
         Q4_K => QuantScheme::Q4K,
         Q6_K => QuantScheme::Q6K,
+        Q5_1 => QuantScheme::Q5_1,
+        Q5_K => QuantScheme::Q5K,
         _ => QuantScheme::Q8_0,
     }
 }
@@ -102,6 +108,8 @@ macro_rules! by_scheme_rows {
             Q5_0 => by_rows!($($kernel)::+[Q5_0,]($($arg),*), $rows),
             Q4_K => by_rows!($($kernel)::+[Q4_K,]($($arg),*), $rows),
             Q6_K => by_rows!($($kernel)::+[Q6_K,]($($arg),*), $rows),
+            Q5_1 => by_rows!($($kernel)::+[Q5_1,]($($arg),*), $rows),
+            Q5_K => by_rows!($($kernel)::+[Q5_K,]($($arg),*), $rows),
             _ => by_rows!($($kernel)::+[Q8_0,]($($arg),*), $rows),
         }
     };
@@ -120,8 +128,10 @@ pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
             QuantScheme::Q4_0
                 | QuantScheme::Q4_1
                 | QuantScheme::Q5_0
+                | QuantScheme::Q5_1
                 | QuantScheme::Q8_0
                 | QuantScheme::Q4K
+                | QuantScheme::Q5K
                 | QuantScheme::Q6K
         )
 }
@@ -135,7 +145,18 @@ pub fn available_q16(scheme: QuantScheme, arm: Arm) -> bool {
 
 /// Whether `scheme` is a K-quant (super-blocks of 256 values, [`Packed`]'s K layout).
 fn is_k(scheme: QuantScheme) -> bool {
-    matches!(scheme, QuantScheme::Q4K | QuantScheme::Q6K)
+    matches!(scheme, QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K)
+}
+
+/// Whether `scheme`'s quants have a fifth bit (stored in per-step masks).
+fn five_bits(scheme: QuantScheme) -> bool {
+    matches!(scheme, QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q5K)
+}
+
+/// Whether `scheme`'s blocks (or super-blocks) carry a min beside the scale: `ow` is its
+/// own f16 (`m`, or `-dmin * mn`), not a multiple of the scale.
+fn has_min(scheme: QuantScheme) -> bool {
+    matches!(scheme, QuantScheme::Q4_1 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K)
 }
 
 /// Whether `arm` takes the AVX-512 VNNI kernels on this host.
@@ -147,20 +168,23 @@ fn vnni(arm: Arm) -> bool {
 /// Bytes of one (group, unit): a block's quants, scales and mins; a K-quant super-block's
 /// header ([`k_header_bytes`]) and its 8 blocks' quants.
 fn unit_bytes(scheme: QuantScheme) -> usize {
-    match scheme {
-        QuantScheme::Q4_1 => quant_bytes(scheme) + 64,
-        _ if is_k(scheme) => k_header_bytes(scheme) + 8 * quant_bytes(scheme),
-        _ => quant_bytes(scheme) + 32,
+    if is_k(scheme) {
+        k_header_bytes(scheme) + 8 * quant_bytes(scheme)
+    } else if has_min(scheme) {
+        quant_bytes(scheme) + 64
+    } else {
+        quant_bytes(scheme) + 32
     }
 }
 
-/// Bytes of a K-quant (group, super-block)'s header: Q4_K's 16 rows' f16 `d`, then their
-/// f16 `dmin`, then the 8 sub-block scales (8 x 16 bytes, row by row in each) and the 8
-/// mins (the same); Q6_K's `d`, then its 16 signed sub-block scales (16 x 16 bytes).
+/// Bytes of a K-quant (group, super-block)'s header: Q4_K's and Q5_K's 16 rows' f16 `d`,
+/// then their f16 `dmin`, then the 8 sub-block scales (8 x 16 bytes, row by row in each)
+/// and the 8 mins (the same); Q6_K's `d`, then its 16 signed sub-block scales (16 x 16
+/// bytes).
 const fn k_header_bytes(scheme: QuantScheme) -> usize {
     match scheme {
-        QuantScheme::Q4K => 64 + 2 * 128,
-        _ => 32 + 256,
+        QuantScheme::Q6K => 32 + 256,
+        _ => 64 + 2 * 128,
     }
 }
 
@@ -180,13 +204,13 @@ pub(super) fn quants_offset(scheme: QuantScheme, b: usize) -> usize {
 }
 
 /// Bytes of the quants of one (group, block): 4 or 8 bits for 16 x 32 values, and for
-/// Q5_0 the fifth bits (8 masks of 64 bits, one per step), for Q6_K the top two bits
-/// (two 64-byte planes, one per 4 steps).
+/// the 5-bit schemes the fifth bits (8 masks of 64 bits, one per step), for Q6_K the top
+/// two bits (two 64-byte planes, one per 4 steps).
 pub(super) fn quant_bytes(scheme: QuantScheme) -> usize {
     match scheme {
         QuantScheme::Q8_0 => 512,
-        QuantScheme::Q5_0 => 256 + 64,
         QuantScheme::Q6K => 256 + 128,
+        _ if five_bits(scheme) => 256 + 64,
         _ => 256,
     }
 }
@@ -216,54 +240,55 @@ fn pack_nibbles(values: &[u8], lane: usize, dst: &mut [u8]) {
     }
 }
 
+/// Writes the fifth bits of `values` (one block of row `lane`) into the group's step
+/// masks at `dst`: bit 4 lane + e of step t's 64-bit mask is value 4t + e's.
+fn pack_fifth_bits(values: &[u8], lane: usize, dst: &mut [u8]) {
+    for t in 0..8 {
+        for e in 0..4 {
+            let bit = 4 * lane + e;
+            dst[8 * t + bit / 8] |= ((values[4 * t + e] >> 4) & 1) << (bit % 8);
+        }
+    }
+}
+
 /// Writes weight row `lane` of a group's unit (`src`, one `scheme` block or K-quant
-/// super-block) into `dst`, the group's repacked unit.
+/// super-block) into `dst`, the group's repacked unit: the quants, then the f16 scale
+/// `d` and for the schemes with a min their f16 `m`.
 fn repack_unit(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
     if is_k(scheme) {
         return repack_k(scheme, src, lane, dst);
     }
-    let (scale, quants) = match scheme {
-        QuantScheme::Q4_1 => (&src[..4], &src[4..]),
-        QuantScheme::Q5_0 => (&src[..2], &src[6..]),
-        _ => (&src[..2], &src[2..]),
-    };
     if scheme == QuantScheme::Q8_0 {
-        let quants: &[u8; 32] = quants[..32].try_into().expect("a Q8_0 block's 32 quants");
+        let quants: &[u8; 32] = src[2..34].try_into().expect("a Q8_0 block's 32 quants");
         for t in 0..8 {
             let word = u32::from_le_bytes(quants[4 * t..4 * t + 4].try_into().expect("4 quants")) ^ 0x8080_8080;
             dst[t * 64 + lane * 4..][..4].copy_from_slice(&word.to_le_bytes());
         }
     } else {
-        // Value i is byte i's low nibble (i < 16), else byte i - 16's high one.
-        let quants: &[u8; 16] = quants[..16].try_into().expect("a block's 16 nibble bytes");
-        let values: [u8; 32] = std::array::from_fn(|i| if i < 16 { quants[i] & 0xF } else { quants[i - 16] >> 4 });
+        let mut values = [0u8; 32];
+        super::quant_gemm::quants(scheme, src, &mut values);
         pack_nibbles(&values, lane, dst);
-        if scheme == QuantScheme::Q5_0 {
-            // Step t's mask: bit 4 lane + e is value 4t + e's fifth bit.
-            let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
-            let (byte, shift) = (lane / 2, (lane % 2) * 4);
-            for t in 0..8 {
-                dst[256 + 8 * t + byte] |= (((qh >> (4 * t)) & 0xF) as u8) << shift;
-            }
+        if five_bits(scheme) {
+            pack_fifth_bits(&values, lane, &mut dst[256..]);
         }
     }
     let quant_bytes = quant_bytes(scheme);
-    dst[quant_bytes + 2 * lane..][..2].copy_from_slice(&scale[..2]);
-    if scheme == QuantScheme::Q4_1 {
-        dst[quant_bytes + 32 + 2 * lane..][..2].copy_from_slice(&scale[2..4]);
+    dst[quant_bytes + 2 * lane..][..2].copy_from_slice(&src[..2]);
+    if has_min(scheme) {
+        dst[quant_bytes + 32 + 2 * lane..][..2].copy_from_slice(&src[2..4]);
     }
 }
 
 /// [`repack_unit`] for a K-quant super-block: the header's row `lane` (see
-/// [`k_header_bytes`]; Q4_K's scales and mins unpacked from their 6 bits), then each block
-/// of 32 values (`quant_gemm::quants`' order, unsigned: Q6_K's `q + 32`) as nibble chunks,
-/// and for Q6_K the two top bits of step t's values (4t + e, byte e of the lane) at bits
-/// 2 (t % 4) of byte e in plane t / 4.
+/// [`k_header_bytes`]; Q4_K's and Q5_K's scales and mins unpacked from their 6 bits), then
+/// each block of 32 values (`quant_gemm::quants`' order, unsigned: Q6_K's `q + 32`) as
+/// nibble chunks, Q5_K's fifth bits as the 5-bit schemes', and Q6_K's two top bits of step
+/// t's values (4t + e, byte e of the lane) at bits 2 (t % 4) of byte e in plane t / 4.
 fn repack_k(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
     let mut u = [0u8; 256];
     super::quant_gemm::quants(scheme, src, &mut u);
     let (header, blocks) = dst.split_at_mut(k_header_bytes(scheme));
-    if scheme == QuantScheme::Q4K {
+    if scheme != QuantScheme::Q6K {
         header[2 * lane..][..2].copy_from_slice(&src[..2]);
         header[32 + 2 * lane..][..2].copy_from_slice(&src[2..4]);
         let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
@@ -279,6 +304,9 @@ fn repack_k(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
     }
     for (values, block) in u.chunks_exact(32).zip(blocks.chunks_exact_mut(quant_bytes(scheme))) {
         pack_nibbles(values, lane, block);
+        if five_bits(scheme) {
+            pack_fifth_bits(values, lane, &mut block[256..]);
+        }
         if scheme == QuantScheme::Q6K {
             for t in 0..8 {
                 for e in 0..4 {
@@ -467,7 +495,7 @@ pub(super) mod x86 {
                 steps[2 * c] = _mm512_and_si512(x, mask);
                 steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
             }
-            if scheme == QuantScheme::Q5_0 {
+            if super::five_bits(scheme) {
                 for (t, s) in steps.iter_mut().enumerate() {
                     let fifth = (at.add(256 + 8 * t) as *const u64).read_unaligned();
                     *s = _mm512_or_si512(*s, _mm512_maskz_set1_epi8(fifth, 0x10));
@@ -513,10 +541,10 @@ pub(super) mod x86 {
         // caller's target features.)
         unsafe {
             let at = group.add(quants_offset(scheme, b));
-            if scheme == QuantScheme::Q4K || scheme == QuantScheme::Q6K {
+            if super::is_k(scheme) {
                 let header = at.sub(k_header_bytes(scheme) + (b % 8) * quant_bytes(scheme));
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(header as *const __m256i));
-                if scheme == QuantScheme::Q4K {
+                if scheme != QuantScheme::Q6K {
                     let sc = _mm_loadu_si128(header.add(64 + 16 * (b % 8)) as *const __m128i);
                     let mn = _mm_loadu_si128(header.add(192 + 16 * (b % 8)) as *const __m128i);
                     let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(header.add(32) as *const __m256i));
@@ -532,7 +560,7 @@ pub(super) mod x86 {
             }
             let quant_bytes = quant_bytes(scheme);
             let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
-            let ow = if scheme == QuantScheme::Q4_1 {
+            let ow = if super::has_min(scheme) {
                 _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes + 32) as *const __m256i))
             } else {
                 _mm512_mul_ps(sw, _mm512_set1_ps(super::offset(scheme)))
@@ -787,7 +815,7 @@ pub(super) mod x86 {
                 };
                 return _mm256_or_si256(step, _mm256_and_si256(bits, _mm256_set1_epi8(0x30)));
             }
-            if scheme != QuantScheme::Q5_0 {
+            if !super::five_bits(scheme) {
                 return step;
             }
             // Byte j of the step takes bit j of the half's 32-bit mask: byte j / 8 of the
@@ -819,10 +847,10 @@ pub(super) mod x86 {
         // SAFETY: as the caller guarantees. (No closures: see `terms`.)
         unsafe {
             let at = group.add(quants_offset(scheme, b));
-            if scheme == QuantScheme::Q4K || scheme == QuantScheme::Q6K {
+            if super::is_k(scheme) {
                 let header = at.sub(k_header_bytes(scheme) + (b % 8) * quant_bytes(scheme));
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(header.add(16 * half) as *const __m128i));
-                if scheme == QuantScheme::Q4K {
+                if scheme != QuantScheme::Q6K {
                     let sc = _mm_loadl_epi64(header.add(64 + 16 * (b % 8) + 8 * half) as *const __m128i);
                     let mn = _mm_loadl_epi64(header.add(192 + 16 * (b % 8) + 8 * half) as *const __m128i);
                     let dmin = _mm256_cvtph_ps(_mm_loadu_si128(header.add(32 + 16 * half) as *const __m128i));
@@ -837,7 +865,7 @@ pub(super) mod x86 {
             }
             let quant_bytes = quant_bytes(scheme);
             let sw = _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 16 * half) as *const __m128i));
-            let ow = if scheme == QuantScheme::Q4_1 {
+            let ow = if super::has_min(scheme) {
                 _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 32 + 16 * half) as *const __m128i))
             } else {
                 _mm256_mul_ps(sw, _mm256_set1_ps(super::offset(scheme)))
@@ -887,11 +915,11 @@ pub(super) mod x86 {
         let q8 = scheme == QuantScheme::Q8_0;
         let q6k = scheme == QuantScheme::Q6K;
         // Steps whose products add up in i16 without overflow: 8 for 4-bit quants (8 x 2 x
-        // 15 x 128 = 30720), 4 for Q5_0's 5 bits, 2 for Q6_K's 6 (2 x 2 x 63 x 128), 1 for
+        // 15 x 128 = 30720), 4 for 5-bit quants, 2 for Q6_K's 6 (2 x 2 x 63 x 128), 1 for
         // Q8_0 (2 x 128 x 128 a step).
         let chain = match scheme {
             QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q4K => 8,
-            QuantScheme::Q5_0 => 4,
+            QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q5K => 4,
             QuantScheme::Q6K => 2,
             _ => 1,
         };
@@ -983,7 +1011,7 @@ mod tests {
 
     /// Value `i` (0..32) of block `b` of weight row `row`, read back from the repacked copy
     /// by its layout: 4-bit values 8c + e (low nibble) and 8c + 4 + e (high) in byte e of
-    /// chunk c at the row's lane; Q5_0's fifth bits in per-step masks; Q6_K's top two in
+    /// chunk c at the row's lane; 5-bit schemes' fifth bits in per-step masks; Q6_K's top two in
     /// two planes; Q8_0 biased by 128.
     fn repacked_value(p: &Packed, row: usize, b: usize, i: usize) -> i32 {
         let (g, lane) = (row / ROWS, row % ROWS);
@@ -997,7 +1025,7 @@ mod tests {
         let low4 = if high { byte >> 4 } else { byte & 0xF } as i32;
         let t = i / 4;
         match p.scheme {
-            QuantScheme::Q5_0 => {
+            _ if five_bits(p.scheme) => {
                 let bit = lane * 4 + i % 4;
                 low4 | ((((block[256 + 8 * t + bit / 8] >> (bit % 8)) & 1) as i32) << 4)
             }
@@ -1016,9 +1044,10 @@ mod tests {
         let header = &p.bytes()[g * group_bytes(p.scheme, p.k) + u * unit_bytes(p.scheme)..];
         let f16 = |at: usize| [header[at + 2 * lane], header[at + 2 * lane + 1]];
         // Q4_K's 8 scales then 8 mins, Q6_K's 16 scales: 16 bytes apart.
-        let first = if p.scheme == QuantScheme::Q4K { 64 } else { 32 };
+        let q6k = p.scheme == QuantScheme::Q6K;
+        let first = if q6k { 32 } else { 64 };
         let sc = (0..16).map(|j| header[first + 16 * j + lane]).collect();
-        (f16(0), if p.scheme == QuantScheme::Q4K { f16(32) } else { [0, 0] }, sc)
+        (f16(0), if q6k { [0, 0] } else { f16(32) }, sc)
     }
 
     /// The repacked copy holds every value and scale of the source, in runs on one thread
@@ -1032,8 +1061,10 @@ mod tests {
             QuantScheme::Q4_0,
             QuantScheme::Q4_1,
             QuantScheme::Q5_0,
+            QuantScheme::Q5_1,
             QuantScheme::Q8_0,
             QuantScheme::Q4K,
+            QuantScheme::Q5K,
             QuantScheme::Q6K,
         ] {
             let k = 3 * scheme.block_size();
@@ -1072,23 +1103,27 @@ mod tests {
                     }
                     if is_k(scheme) {
                         let (d, dmin, sc) = repacked_k_header(&one, row, unit);
-                        let (want_sc, want_d): (Vec<u8>, _) = if scheme == QuantScheme::Q4K {
+                        let (want_sc, want_d): (Vec<u8>, _) = if scheme != QuantScheme::Q6K {
                             let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
                             (sc.iter().chain(&mn).copied().collect(), [src[0], src[1]])
                         } else {
                             (src[192..208].to_vec(), [src[208], src[209]])
                         };
                         assert_eq!((d, sc), (want_d, want_sc), "{scheme:?} row {row} super-block {unit}: d, scales");
-                        if scheme == QuantScheme::Q4K {
-                            assert_eq!(dmin, [src[2], src[3]], "row {row} super-block {unit}: dmin");
+                        if scheme != QuantScheme::Q6K {
+                            assert_eq!(dmin, [src[2], src[3]], "{scheme:?} row {row} super-block {unit}: dmin");
                         }
                         continue;
                     }
                     let block = &one.bytes()[(row / ROWS) * group_bytes(scheme, k) + unit * unit_bytes(scheme)..];
                     let (qb, lane) = (quant_bytes(scheme), row % ROWS);
                     assert_eq!(block[qb + 2 * lane..][..2], src[..2], "{scheme:?} row {row} block {unit}: scale");
-                    if scheme == QuantScheme::Q4_1 {
-                        assert_eq!(block[qb + 32 + 2 * lane..][..2], src[2..4], "row {row} block {unit}: offset");
+                    if has_min(scheme) {
+                        assert_eq!(
+                            block[qb + 32 + 2 * lane..][..2],
+                            src[2..4],
+                            "{scheme:?} row {row} block {unit}: min"
+                        );
                     }
                 }
             }

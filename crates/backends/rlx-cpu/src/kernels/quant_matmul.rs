@@ -3,10 +3,10 @@
 //! Paths, by the op's activations and the number of activation rows `m`:
 //! - **8-bit activations** (decode): each activation row is quantized once to 8 bits per
 //!   block of 32, then every weight row is an integer dot product per block, scaled in
-//!   f32. On AVX-512 VNNI or AVX2, Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weights are
-//!   read repacked 16 rows side by side (`q8_packed`); elsewhere the row kernels here
-//!   (AVX2 for CPUs without F16C, and portable arms); other schemes decode each weight
-//!   block to f32 and dot it with the quantized row.
+//!   f32. On AVX-512 VNNI or AVX2, Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
+//!   weights are read repacked 16 rows side by side (`q8_packed`); on the portable arm,
+//!   the row loops here; other schemes decode each weight block to f32 and dot it with
+//!   the quantized row.
 //! - **16-bit activations** (prompts): the integer GEMM of `quant_gemm` on AVX-512 VNNI;
 //!   elsewhere the rows are quantized, restored to f32 and take the f32 paths below.
 //! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
@@ -343,26 +343,14 @@ fn halves(layout: Layout, b: usize, nb: usize) -> (usize, usize) {
     }
 }
 
-/// A row quantized to 8 bits per block: values `q`, per-block scale `d` and `s = d * sum(q)`,
-/// and for the vector arms `ds = [d, c * s]` per block (`ds_terms`); for products on
-/// repacked Q6_K weights the sum of each 16 values (`sums16`, empty otherwise).
+/// A row quantized to 8 bits per block: values `q`, per-block scale `d` and `s = d * sum(q)`;
+/// for products on repacked Q6_K weights the sum of each 16 values (`sums16`, empty
+/// otherwise).
 pub(super) struct Q8Row<'a> {
     pub(super) q: &'a [i8],
     pub(super) d: &'a [f32],
     pub(super) s: &'a [f32],
-    ds: &'a [f32],
     pub(super) sums16: &'a [i32],
-}
-
-/// The factor `c` of a block's scalar term `c * s` that pairs with the weight header's
-/// second f16 (`m` for Q4_1, `d` otherwise) in the AVX2 arm: Q4_1's min times `s`, Q4_0's
-/// `-8 d s` (weights are `q - 8`); 0 for the others.
-fn ds_factor(scheme: QuantScheme) -> f32 {
-    match scheme {
-        QuantScheme::Q4_1 => 1.0,
-        QuantScheme::Q4_0 => -8.0,
-        _ => 0.0,
-    }
 }
 
 /// Quantizes `x` (whole blocks) into `q` / `d` / `s` laid out as `layout`:
@@ -433,19 +421,17 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
 fn with_q8_rows<R>(p: &QuantMatMulPlan, arm: Arm, x: &[f32], layout: Layout, f: impl FnOnce(&[Q8Row]) -> R) -> R {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
-    let c = ds_factor(p.scheme);
     // Q6_K's repacked products take the quants' sums by 16 (in integers).
     let sums16 = if p.scheme == QuantScheme::Q6K && q8_packed::available(p.scheme, arm) { 2 * m * nb } else { 0 };
-    // Scratch: the m quantized rows (k bytes each) after 4 * m * nb floats of scales and
+    // Scratch: the m quantized rows (k bytes each) after 2 * m * nb floats of scales and
     // the sums by 16.
-    let floats = 4 * m * nb + sums16 + (m * k).div_ceil(4);
+    let floats = 2 * m * nb + sums16 + (m * k).div_ceil(4);
     crate::threads::with_scratch::<f32, _>(floats, |scratch| {
-        let (scales, rest) = scratch.split_at_mut(4 * m * nb);
+        let (scales, rest) = scratch.split_at_mut(2 * m * nb);
         let (sums, bytes) = rest.split_at_mut(sums16);
         // SAFETY: i32 has f32's size and alignment, and every bit pattern is valid.
         let sums = unsafe { std::slice::from_raw_parts_mut(sums.as_mut_ptr().cast::<i32>(), sums16) };
-        let (d, rest) = scales.split_at_mut(m * nb);
-        let (s, ds) = rest.split_at_mut(m * nb);
+        let (d, s) = scales.split_at_mut(m * nb);
         // SAFETY: i8 has alignment 1 and every bit pattern is valid; `bytes` holds
         // at least m * k bytes.
         let q = unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<i8>(), m * k) };
@@ -454,20 +440,16 @@ fn with_q8_rows<R>(p: &QuantMatMulPlan, arm: Arm, x: &[f32], layout: Layout, f: 
             let (qi, di, si) = (&mut q[i * k..][..k], &mut d[i * nb..][..nb], &mut s[i * nb..][..nb]);
             quantize(&x[i * k..][..k], qi, di, si, layout == Layout::NibblePairs);
         }
-        for ((ds, &d), &s) in ds.chunks_exact_mut(2).zip(&*d).zip(&*s) {
-            ds.copy_from_slice(&[d, c * s]);
-        }
         for (sum, values) in sums.iter_mut().zip(q.chunks_exact(16)) {
             *sum = values.iter().map(|&v| v as i32).sum();
         }
-        let (q, d, s, ds, sums) = (&*q, &*d, &*s, &*ds, &*sums);
+        let (q, d, s, sums) = (&*q, &*d, &*s, &*sums);
         let per_row = sums16 / m.max(1);
         let rows: Vec<Q8Row> = (0..m)
             .map(|i| Q8Row {
                 q: &q[i * k..][..k],
                 d: &d[i * nb..][..nb],
                 s: &s[i * nb..][..nb],
-                ds: &ds[2 * i * nb..][..2 * nb],
                 sums16: &sums[i * per_row..][..per_row],
             })
             .collect();
@@ -665,33 +647,14 @@ multiversion! {
 type DotFn = fn(QuantScheme, &[u8], &Q8Row, &mut [f32]);
 
 /// The dot products of weight rows with a q8 row, for `scheme` on `arm`, where
-/// `q8_packed` does not take the product.
+/// `q8_packed` does not take the product: on the portable arm (every x86 CPU with AVX2
+/// has F16C, and `q8_packed` runs every scheme below there), and for the other schemes.
 fn dot_kernel(scheme: QuantScheme, arm: Arm) -> DotFn {
-    let f = features();
     match scheme {
-        QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0 => {
-            #[cfg(target_arch = "x86_64")]
-            {
-                if arm >= Arm::Avx2 && f.has_avx2_fma() && f.f16c {
-                    // SAFETY: the features were just checked.
-                    return |s, w, a, o| unsafe { x86::dot_rows_avx2(s, w, a, o) };
-                }
-            }
-            let _ = (arm, f);
-            |s, w, a, o| each_row(s, w, a, o, dot_portable)
-        }
+        QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0 => |s, w, a, o| each_row(s, w, a, o, dot_portable),
         QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K => {
-            // (On AVX2 or AVX-512 VNNI, Q4_K and Q6_K go to `q8_packed`.)
             match arm.min(Arm::best()) {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `arm <= Arm::best()`: AVX-512 F/BW/VL/DQ + AVX2 + FMA detected.
-                Arm::Avx512 => |s, w, a, o| unsafe { x86::dot_rows_unpacked_avx512(s, w, a, o) },
-                #[cfg(not(target_arch = "x86_64"))]
                 Arm::Avx512 => |s, w, a, o| dot_rows_unpacked(Arm::Avx512, s, w, a, o),
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `arm <= Arm::best()`: AVX2 + FMA detected.
-                Arm::Avx2 => |s, w, a, o| unsafe { x86::dot_rows_unpacked_avx2(s, w, a, o) },
-                #[cfg(not(target_arch = "x86_64"))]
                 Arm::Avx2 => |s, w, a, o| dot_rows_unpacked(Arm::Avx2, s, w, a, o),
                 Arm::Portable => |s, w, a, o| dot_rows_unpacked(Arm::Portable, s, w, a, o),
             }
@@ -788,7 +751,7 @@ fn rows_unpacked(
 }
 
 multiversion! {
-    /// [`rows_unpacked`] with the plain-Rust `madd_block` (the portable and AVX2 arms).
+    /// [`rows_unpacked`] with the plain-Rust `madd_block`.
     fn dot_rows_unpacked(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
         rows_unpacked(scheme, w, a, out, madd_block)
     }
@@ -888,13 +851,10 @@ fn dot_decoded(scheme: QuantScheme, w: &[u8], a: &Q8Row) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! The vector arms. Per block pair and weight row: the 32 nibble (or byte) pairs go
-    //! through one integer dot, and the pair's scales through one 4-lane conversion:
-    //! the weight header's f16 `[d, m]` (or `[d, d]`) times the activation row's
-    //! `[d_act, c * s_act]` (`Q8Row::ds`) gives both blocks' scale (lanes 0, 2) and scalar
-    //! term (lanes 1, 3) at once, so nothing per block runs in scalar code.
+    //! The vector arms: the activation quantizers, the f32 GEMV of one row and the direct
+    //! tiles (the 8-bit products' are in `q8_packed`).
 
-    use super::{Layout, Q8_BLOCK, Q8Row, QuantScheme, block_term, halves};
+    use super::{Layout, Q8_BLOCK, QuantScheme, halves};
     use std::arch::x86_64::*;
 
     /// `v` rounded half away from zero (truncated, then stepped away from zero when the
@@ -1139,96 +1099,6 @@ mod x86 {
         }
     }
 
-    /// [`super::rows_unpacked`] with `madd_block` as `vpmovsxbw` + `vpmaddwd` +
-    /// `vcvtdq2ps` + `vfmadd` on 16 lanes (the compiler turned the plain loop into byte
-    /// shuffles instead: 22 -> 31 tok/s of Gemma 3 decode, 1 thread).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    pub unsafe fn dot_rows_unpacked_avx512(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
-        super::rows_unpacked(scheme, w, a, out, |x, y, scale, acc| {
-            let (x, y) = (&x[..32], &y[..32]);
-            // SAFETY: x and y hold 32 bytes, scale and acc 16 floats; the features are
-            // enabled on this function.
-            unsafe {
-                let wx = _mm512_cvtepi8_epi16(_mm256_loadu_si256(x.as_ptr().cast()));
-                let wy = _mm512_cvtepi8_epi16(_mm256_loadu_si256(y.as_ptr().cast()));
-                let pairs = _mm512_cvtepi32_ps(_mm512_madd_epi16(wx, wy));
-                let sum = _mm512_fmadd_ps(pairs, _mm512_loadu_ps(scale.as_ptr()), _mm512_loadu_ps(acc.as_ptr()));
-                _mm512_storeu_ps(acc.as_mut_ptr(), sum);
-            }
-        })
-    }
-
-    /// [`dot_rows_unpacked_avx512`] on AVX2 (Q5_1, Q5_K; Q4_K and Q6_K have the row
-    /// kernels above): the same `vpmovsxbw` + `vpmaddwd` + `vcvtdq2ps` + `vfmadd` per lane
-    /// in two 8-lane halves, so the same bits. The plain loop it replaces, which the
-    /// compiler turned into byte shuffles, ran Gemma 3's Q6_K ffn_down at 1.9 GB/s on an
-    /// AMD EPYC Zen 3 core.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows_unpacked_avx2(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
-        super::rows_unpacked(scheme, w, a, out, |x, y, scale, acc| {
-            let (x, y) = (&x[..32], &y[..32]);
-            for h in 0..2 {
-                // SAFETY: x and y hold 32 bytes, scale and acc 16 floats: each half reads
-                // 16 bytes and 8 floats at 16 h / 8 h; the features are enabled on this
-                // function.
-                unsafe {
-                    let wx = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.as_ptr().add(16 * h).cast()));
-                    let wy = _mm256_cvtepi8_epi16(_mm_loadu_si128(y.as_ptr().add(16 * h).cast()));
-                    let pairs = _mm256_cvtepi32_ps(_mm256_madd_epi16(wx, wy));
-                    let (scale, acc) = (scale.as_ptr().add(8 * h), acc.as_mut_ptr().add(8 * h));
-                    _mm256_storeu_ps(acc, _mm256_fmadd_ps(pairs, _mm256_loadu_ps(scale), _mm256_loadu_ps(acc)));
-                }
-            }
-        })
-    }
-
-    /// Block pair `(pa, pb)`'s f16 header pairs as `[d_a, x_a, d_b, x_b]`: `x` is Q4_1's
-    /// min, or `d` again for the schemes without one.
-    #[inline(always)]
-    unsafe fn headers(scheme: QuantScheme, pa: *const u8, pb: *const u8) -> __m128 {
-        // SAFETY: each block starts with 2 (Q4_1: 4) header bytes; F16C is enabled in
-        // every caller.
-        unsafe {
-            let raw = |p: *const u8| {
-                if scheme == QuantScheme::Q4_1 {
-                    (p as *const u32).read_unaligned() as i32
-                } else {
-                    let d = (p as *const u16).read_unaligned() as u32;
-                    (d | (d << 16)) as i32
-                }
-            };
-            _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(raw(pa)), raw(pb), 1))
-        }
-    }
-
-    /// Q4_0 / Q4_1 blocks `b`, `b + 1` as 64 unsigned bytes in the order the q8 row
-    /// stores them (NibblePairs: low nibbles, then high nibbles).
-    #[inline(always)]
-    unsafe fn pair_bytes_256(scheme: QuantScheme, wa: *const u8, wb: *const u8) -> (__m256i, __m256i) {
-        // SAFETY: `wa` / `wb` point at whole blocks of `scheme`; AVX2 is enabled in every caller.
-        unsafe {
-            let off = if scheme == QuantScheme::Q4_1 { 4 } else { 2 };
-            let x = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128(wa.add(off) as *const __m128i)),
-                _mm_loadu_si128(wb.add(off) as *const __m128i),
-                1,
-            );
-            let mask = _mm256_set1_epi8(0x0F);
-            (_mm256_and_si256(x, mask), _mm256_and_si256(_mm256_srli_epi16(x, 4), mask))
-        }
-    }
-
-    /// Sum of lanes 1 and 3 (the scalar terms) of `v`.
-    #[inline(always)]
-    unsafe fn odd_lanes(v: __m128) -> f32 {
-        // SAFETY: SSE only.
-        unsafe {
-            let hi = _mm_movehl_ps(v, v);
-            let s = _mm_add_ps(v, hi);
-            _mm_cvtss_f32(_mm_shuffle_ps(s, s, 1))
-        }
-    }
-
     /// `gemv_f32` for one activation row and the 32-value schemes (Q4_0, Q4_1, Q8_0), bit
     /// for bit: the same `q * d (+ m)` per weight, `lane += w * x` (not fused) into the same
     /// 32 lanes, the lanes summed in order. The compiler kept the generic loop's lanes in
@@ -1470,95 +1340,6 @@ mod x86 {
                     }
                     out[(j + a) * m + i + b] = sum;
                 }
-            }
-        }
-    }
-
-    /// AVX2, `R` rows at once: a block pair as two `vpmaddubsw` (16-bit sums) and
-    /// `vpmaddwd` to 32 bits.
-    #[inline(always)]
-    unsafe fn rows_avx2<const R: usize>(scheme: QuantScheme, w: *const u8, rb: usize, a: &Q8Row, out: &mut [f32]) {
-        // SAFETY (whole body): every pointer stays inside `R` rows of `rb` bytes from `w`
-        // (whole blocks) or inside the row's `q` / `ds` (pairs of blocks); `out` holds `R`
-        // values; the caller has the features.
-        unsafe {
-            let (bb, nb) = (scheme.block_bytes(), a.d.len());
-            let q8 = scheme == QuantScheme::Q8_0;
-            let ones = _mm256_set1_epi16(1);
-            let (pick, lane0, lane2) =
-                (_mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), _mm256_set1_epi32(0), _mm256_set1_epi32(2));
-            let mut acc = [_mm256_setzero_ps(); R];
-            let mut extra = [_mm_setzero_ps(); R];
-            // Row by row, so the weights are read in address order: walking rows block by
-            // block side by side read Gemma 3's 170 MiB Q8_0 head at 7.5 GB/s on one Zen 4
-            // core, in address order 17.4 (a plain read of the file: 19-20).
-            for r in 0..R {
-                let mut b = 0;
-                while b + 1 < nb {
-                    let a0 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32) as *const __m256i);
-                    let a1 = _mm256_loadu_si256(a.q.as_ptr().add(b * 32 + 32) as *const __m256i);
-                    let act = _mm_loadu_ps(a.ds.as_ptr().add(2 * b));
-                    let pa = w.add(r * rb + b * bb);
-                    let pb = pa.add(bb);
-                    let prod = _mm_mul_ps(headers(scheme, pa, pb), act);
-                    extra[r] = _mm_add_ps(extra[r], prod);
-                    let prod = _mm256_castps128_ps256(prod);
-                    if q8 {
-                        // Signed weights: |w| * sign(a, w), so the unsigned operand stays
-                        // <= 128 and a 16-bit pair sum <= 2 * 128 * 127 (no bias to undo:
-                        // this arm's ds terms are 0).
-                        let w0 = _mm256_loadu_si256(pa.add(2) as *const __m256i);
-                        let w1 = _mm256_loadu_si256(pb.add(2) as *const __m256i);
-                        let p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(w0), _mm256_sign_epi8(a0, w0));
-                        let p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(w1), _mm256_sign_epi8(a1, w1));
-                        let ia = _mm256_cvtepi32_ps(_mm256_madd_epi16(p0, ones));
-                        let ib = _mm256_cvtepi32_ps(_mm256_madd_epi16(p1, ones));
-                        acc[r] = _mm256_fmadd_ps(ia, _mm256_permutevar8x32_ps(prod, lane0), acc[r]);
-                        acc[r] = _mm256_fmadd_ps(ib, _mm256_permutevar8x32_ps(prod, lane2), acc[r]);
-                    } else {
-                        // NibblePairs: 16-bit lanes 0-7 block a, 8-15 block b.
-                        let (x0, x1) = pair_bytes_256(scheme, pa, pb);
-                        let p = _mm256_add_epi16(_mm256_maddubs_epi16(x0, a0), _mm256_maddubs_epi16(x1, a1));
-                        let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                        acc[r] = _mm256_fmadd_ps(isum, _mm256_permutevar8x32_ps(prod, pick), acc[r]);
-                    }
-                    b += 2;
-                }
-            }
-            let b = nb & !1;
-            for r in 0..R {
-                let hi = _mm256_extractf128_ps(acc[r], 1);
-                let s4 = _mm_add_ps(_mm256_castps256_ps128(acc[r]), hi);
-                let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-                let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-                let mut sum = _mm_cvtss_f32(s1) + odd_lanes(extra[r]);
-                if b < nb {
-                    let row = std::slice::from_raw_parts(w.add(r * rb), rb);
-                    sum += block_term(scheme, super::layout_for(scheme), &row[b * bb..][..bb], a, b, nb);
-                }
-                out[r] = sum;
-            }
-        }
-    }
-
-    /// `out[j] = W[j] . a`, AVX2.
-    ///
-    /// # Safety
-    /// The host has AVX2, FMA and F16C; `w` holds `out.len()` rows of `a.d.len()` blocks of
-    /// `scheme` (Q4_0, Q4_1 or Q8_0); `a.ds` was built with this scheme's `ds_factor`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_rows_avx2(scheme: QuantScheme, w: &[u8], a: &Q8Row, out: &mut [f32]) {
-        let rb = w.len() / out.len().max(1);
-        let mut r = 0;
-        // SAFETY: the rows lie in `w`; features as the caller guarantees.
-        unsafe {
-            while r + 4 <= out.len() {
-                rows_avx2::<4>(scheme, w.as_ptr().add(r * rb), rb, a, &mut out[r..r + 4]);
-                r += 4;
-            }
-            while r < out.len() {
-                rows_avx2::<1>(scheme, w.as_ptr().add(r * rb), rb, a, &mut out[r..r + 1]);
-                r += 1;
             }
         }
     }
