@@ -554,7 +554,9 @@ fn the_repacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
 /// A 16-bit product reading the repacked copy of its weight (a param's, filling the GEMM's
 /// panels from it, or dotting it in place on VNNI) gives the bits of the same product
 /// unpacking the weight itself, on every arm that runs the integer GEMM; partial panels
-/// and groups (odd `n`), one to 33 rows.
+/// and groups (odd `n`), one to 33 rows. (On AVX2 without VNNI, a few rows on the plain
+/// weight are restored to f32 instead: there the plain GEMM's bits come from the rows
+/// padded past that count, each row's outputs not depending on the others.)
 #[test]
 fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
     use rlx_cpu::kernels::q8_packed::Packed;
@@ -577,8 +579,11 @@ fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
             let mut plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q16, 1);
             for arm in Arm::available().into_iter().filter(|&arm| available(s, arm)) {
                 let run = |plan: &QuantMatMulPlan| arm_bits(plan, arm, &x, &w);
-                plan.packed = None;
-                let plain = run(&plan);
+                // The plain product over at least 9 rows (the first m are x's).
+                let padded = m.max(9);
+                let x_padded: Vec<f32> = x.iter().chain(x.iter().cycle().take((padded - m) * k)).copied().collect();
+                let plain_plan = QuantMatMulPlan::new(&[padded, k], &[n, w.len() / n], s, ActivationQuant::Q16, 1);
+                let plain = arm_bits(&plain_plan, arm, &x_padded, &w)[..m * n].to_vec();
                 plan.packed = Some(std::sync::Arc::new(Packed::new(s, &w, n, k, None)));
                 assert!(
                     run(&plan) == plain,
@@ -586,6 +591,40 @@ fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
                     s.name(),
                     arm.name()
                 );
+            }
+        }
+    }
+}
+
+/// Once a weight has a repacked copy, no product reads its blocks again (a model releases
+/// their pages after repacking; a read brings them back): 8- and 16-bit products of one to
+/// 33 rows give the same bits with the blocks overwritten by garbage, on every arm that
+/// runs the scheme repacked.
+#[test]
+fn products_on_a_repacked_weight_never_read_its_blocks() {
+    use rlx_cpu::kernels::q8_packed::{Packed, available};
+    let mut rng = Rng::new(82);
+    for s in [QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q5_0, QuantScheme::Q4K, QuantScheme::Q6K] {
+        let (k, n) = (s.block_size().max(32) * 4, 40);
+        let w = random_weights(&mut rng, s, n, k);
+        // All ones: NaN scales, which would show in any output computed from them.
+        let garbage = vec![0xFF; w.len()];
+        let packed = std::sync::Arc::new(Packed::new(s, &w, n, k, None));
+        for act in [ActivationQuant::Q8, ActivationQuant::Q16] {
+            for m in [1, 5, 33] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+                let mut plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, act, 1);
+                plan.packed = Some(packed.clone());
+                for arm in Arm::available().into_iter().filter(|&arm| available(s, arm)) {
+                    let want = arm_bits(&plan, arm, &x, &w);
+                    assert!(want.iter().all(|&b| f32::from_bits(b).is_finite()), "{} {act:?}: not finite", s.name());
+                    assert!(
+                        arm_bits(&plan, arm, &x, &garbage) == want,
+                        "{} {act:?} m {m} arm {}: read the weight's blocks",
+                        s.name(),
+                        arm.name()
+                    );
+                }
             }
         }
     }

@@ -69,12 +69,21 @@ const DOT_ROWS: usize = 128;
 const SPLIT_ROWS: usize = 32;
 
 /// 16-bit activation rows up to which a host with AVX2 and no VNNI restores them to f32
-/// (the GEMV) rather than unpacking every weight into the integer GEMM's panels. Past it
-/// every row count takes the panels, so a prompt prefilled in pieces of more rows than
-/// this gets the bits of the prompt whole (what `rlx serve`'s chunks and prompt cache
-/// rely on; with VNNI it holds for any pieces). SmolLM2, 2 threads, AMD EPYC Zen 3: a
-/// 9-token prompt whose last row's Q8_0 head went through panels (the whole head unpacked
-/// for one row) took 220-270 ms, 130-150 restored; pp512 328-426 -> 470-774 tok/s in panels.
+/// (the GEMV) rather than unpacking a weight without a repacked copy into the integer
+/// GEMM's panels. Past it every row count takes the panels, so a prompt prefilled in
+/// pieces of more rows than this gets the bits of the prompt whole (what `rlx serve`'s
+/// chunks and prompt cache rely on; with VNNI, or a repacked weight, it holds for any
+/// pieces). SmolLM2, 2 threads, AMD EPYC Zen 3: a 9-token prompt whose last row's Q8_0
+/// head went through panels unpacked from the file's blocks (the whole head for one row)
+/// took 220-270 ms, 130-150 restored; pp512 328-426 -> 470-774 tok/s in panels.
+///
+/// A weight with a repacked copy (a model's) always takes the panels, filled from that
+/// copy: the restored rows' GEMV read the file's blocks, whose pages the repacking had
+/// released, and a short prompt brought them back (Gemma 3 270M on the AVX2 arm, peak RSS
+/// 588 -> 348 MiB), and the panels were as fast or faster (AVX2 arm on an AMD EPYC Zen 4,
+/// 2 threads, restored -> panels: the 262144-row Q8_0 head 1 row 17-20 -> 16-22 ms, 8 rows
+/// 64-67 -> 30-31 ms; Q5_0 2048 x 640 1 / 8 rows 0.51-0.53 / 1.18-1.30 -> 0.12-0.14 /
+/// 0.20-0.25 ms; Q4_K 640 x 2048 0.36-0.45 / 2.3-3.1 -> 0.10-0.11 / 0.16-0.27 ms).
 const AVX2_GEMM_ROWS: usize = GEMV_ROWS;
 
 /// 16-bit activation values from which a product quantizes its rows on all threads
@@ -470,12 +479,14 @@ fn with_packed<R>(p: &QuantMatMulPlan, w: &[u8], f: impl FnOnce(&Packed) -> R) -
 /// the scheme, for any number of rows (one thread, AMD EPYC Zen 4, Gemma 3 270M's shapes,
 /// ms, GEMM / f32 kernels on restored rows: 1 row Q5_0 0.45 / 0.56, Q6_K 0.35 / 1.03, Q4_1
 /// 0.39 / 0.22; 2 rows Q6_K 0.37 / 1.65; 8 rows Q6_K 0.55 / 7.98, Q4_1 0.46 / 0.88); with
-/// AVX2 alone the integer GEMM past [`AVX2_GEMM_ROWS`] rows; otherwise each row is
-/// quantized, restored to f32 (`q * d`, rounded) and multiplied on the f32 path.
+/// AVX2 alone the integer GEMM past [`AVX2_GEMM_ROWS`] rows or on a repacked weight;
+/// otherwise each row is quantized, restored to f32 (`q * d`, rounded) and multiplied on
+/// the f32 path.
 fn q16_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
-    if quant_gemm::available(p.scheme, arm) && (quant_gemm::vnni(arm) || m > AVX2_GEMM_ROWS) {
+    let repacked = p.packed.is_some() && q8_packed::available(p.scheme, arm);
+    if quant_gemm::available(p.scheme, arm) && (quant_gemm::vnni(arm) || m > AVX2_GEMM_ROWS || repacked) {
         return q16_gemm(p, arm, x, w, out);
     }
     let (mut q, mut d, mut s) = (vec![0i16; k], vec![0f32; nb], vec![0f32; nb]);
