@@ -139,17 +139,8 @@ fn long_rows_and_tiles_match_the_oracle() {
 /// partial last one, 4-row tiles with a tail.
 #[test]
 fn q16_gemm_matches_the_oracle() {
-    let schemes = [
-        QuantScheme::Q4_0,
-        QuantScheme::Q4_1,
-        QuantScheme::Q5_0,
-        QuantScheme::Q5_1,
-        QuantScheme::Q8_0,
-        QuantScheme::Q4K,
-        QuantScheme::Q5K,
-        QuantScheme::Q6K,
-    ];
-    for (i, s) in schemes.into_iter().enumerate() {
+    // (The schemes the integer GEMM unpacks are the ones `q8_packed` repacks.)
+    for (i, s) in REPACKED.into_iter().enumerate() {
         let k = if s.block_size() == 256 { 512 } else { 96 };
         // 2-row tiles and a last row on AVX2; past one direct tile product (128 rows).
         for (m, n) in [(2, 1), (5, 17), (35, 97), (131, 19)] {
@@ -493,6 +484,18 @@ fn one_f32_row_has_the_same_bits_on_every_arm() {
 }
 
 /// The bits of `plan`'s product of `x` and `w` on `arm`, on the calling thread.
+/// The schemes `q8_packed` repacks 16 rows side by side.
+const REPACKED: [QuantScheme; 8] = [
+    QuantScheme::Q4_0,
+    QuantScheme::Q4_1,
+    QuantScheme::Q5_0,
+    QuantScheme::Q5_1,
+    QuantScheme::Q8_0,
+    QuantScheme::Q4K,
+    QuantScheme::Q5K,
+    QuantScheme::Q6K,
+];
+
 fn arm_bits(plan: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8]) -> Vec<u32> {
     let mut out = vec![f32::NAN; plan.m * plan.n];
     dequant_matmul_into(plan, arm, x, w, &mut out).unwrap();
@@ -529,16 +532,7 @@ fn the_repacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
         return;
     }
     let mut rng = Rng::new(79);
-    for s in [
-        QuantScheme::Q4_0,
-        QuantScheme::Q4_1,
-        QuantScheme::Q5_0,
-        QuantScheme::Q5_1,
-        QuantScheme::Q8_0,
-        QuantScheme::Q4K,
-        QuantScheme::Q5K,
-        QuantScheme::Q6K,
-    ] {
+    for s in REPACKED {
         for (m, k, n) in [(1, 608_usize, 17), (3, 64, 40), (8, 1536, 33), (11, 96, 16)] {
             // K-quants: whole super-blocks of 256.
             let k = if s.block_size() == 256 { k.div_ceil(256) * 256 } else { k };
@@ -562,16 +556,7 @@ fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
     use rlx_cpu::kernels::q8_packed::Packed;
     use rlx_cpu::kernels::quant_gemm::available;
     let mut rng = Rng::new(80);
-    for s in [
-        QuantScheme::Q4_0,
-        QuantScheme::Q4_1,
-        QuantScheme::Q5_0,
-        QuantScheme::Q5_1,
-        QuantScheme::Q8_0,
-        QuantScheme::Q4K,
-        QuantScheme::Q5K,
-        QuantScheme::Q6K,
-    ] {
+    for s in REPACKED {
         for (m, k, n) in [(1, 64_usize, 17), (5, 608, 50), (33, 96, 100), (129, 64, 50)] {
             let k = if s.block_size() == 256 { k.div_ceil(256) * 256 } else { k };
             let w = random_weights(&mut rng, s, n, k);
@@ -604,7 +589,7 @@ fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
 fn products_on_a_repacked_weight_never_read_its_blocks() {
     use rlx_cpu::kernels::q8_packed::{Packed, available};
     let mut rng = Rng::new(82);
-    for s in [QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q5_0, QuantScheme::Q4K, QuantScheme::Q6K] {
+    for s in REPACKED {
         let (k, n) = (s.block_size().max(32) * 4, 40);
         let w = random_weights(&mut rng, s, n, k);
         // All ones: NaN scales, which would show in any output computed from them.

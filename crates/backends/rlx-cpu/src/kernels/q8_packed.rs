@@ -123,17 +123,9 @@ pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
     cfg!(target_arch = "x86_64")
         && f.f16c
         && (vnni(arm) || (arm >= Arm::Avx2 && f.has_avx2_fma()))
-        && matches!(
-            scheme,
-            QuantScheme::Q4_0
-                | QuantScheme::Q4_1
-                | QuantScheme::Q5_0
-                | QuantScheme::Q5_1
-                | QuantScheme::Q8_0
-                | QuantScheme::Q4K
-                | QuantScheme::Q5K
-                | QuantScheme::Q6K
-        )
+        // The schemes whose weights are `sw * u + ow` per group (all but Q2_K, Q3_K and
+        // the float ones), as the 16-bit GEMM fills its panels from this layout.
+        && super::quant_gemm::group_size(scheme).is_some()
 }
 
 /// Whether 16-bit activation products dot [`Packed`] weights in place ([`dot_groups_q16`])
