@@ -315,9 +315,16 @@ fn product_bits(
 #[test]
 fn each_row_of_a_q8_batch_equals_that_row_alone() {
     let mut rng = Rng::new(12);
-    for scheme in
-        [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q5_0, QuantScheme::Q4K, QuantScheme::Q6K]
-    {
+    // (Q3_K: the schemes decoded to f32 for all rows of a pass, `rows_decoded`.)
+    for scheme in [
+        QuantScheme::Q4_0,
+        QuantScheme::Q4_1,
+        QuantScheme::Q8_0,
+        QuantScheme::Q5_0,
+        QuantScheme::Q4K,
+        QuantScheme::Q6K,
+        QuantScheme::Q3K,
+    ] {
         let k = if scheme.block_size() == 256 { 512 } else { 608 };
         for n in [1, 3, 17, 1000] {
             let w = random_weights(&mut rng, scheme, n, k);
@@ -485,16 +492,7 @@ fn one_f32_row_has_the_same_bits_on_every_arm() {
 
 /// The bits of `plan`'s product of `x` and `w` on `arm`, on the calling thread.
 /// The schemes `q8_packed` repacks 16 rows side by side.
-const REPACKED: [QuantScheme; 8] = [
-    QuantScheme::Q4_0,
-    QuantScheme::Q4_1,
-    QuantScheme::Q5_0,
-    QuantScheme::Q5_1,
-    QuantScheme::Q8_0,
-    QuantScheme::Q4K,
-    QuantScheme::Q5K,
-    QuantScheme::Q6K,
-];
+const REPACKED: [QuantScheme; 8] = rlx_cpu::kernels::q8_packed::SCHEMES;
 
 fn arm_bits(plan: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8]) -> Vec<u32> {
     let mut out = vec![f32::NAN; plan.m * plan.n];

@@ -123,10 +123,21 @@ pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
     cfg!(target_arch = "x86_64")
         && f.f16c
         && (vnni(arm) || (arm >= Arm::Avx2 && f.has_avx2_fma()))
-        // The schemes whose weights are `sw * u + ow` per group (all but Q2_K, Q3_K and
-        // the float ones), as the 16-bit GEMM fills its panels from this layout.
-        && super::quant_gemm::group_size(scheme).is_some()
+        && SCHEMES.contains(&scheme)
 }
+
+/// The schemes repacked here: those whose weights are `sw * u + ow` per group of 32 or 16
+/// (all but Q2_K, Q3_K and the float ones; `quant_gemm` fills its panels from this layout).
+pub const SCHEMES: [QuantScheme; 8] = [
+    QuantScheme::Q4_0,
+    QuantScheme::Q4_1,
+    QuantScheme::Q5_0,
+    QuantScheme::Q5_1,
+    QuantScheme::Q8_0,
+    QuantScheme::Q4K,
+    QuantScheme::Q5K,
+    QuantScheme::Q6K,
+];
 
 /// Whether 16-bit activation products dot [`Packed`] weights in place ([`dot_groups_q16`])
 /// for `scheme` on `arm` on this host: AVX-512 VNNI, the 32-value schemes. (`quant_gemm`
@@ -149,6 +160,13 @@ fn five_bits(scheme: QuantScheme) -> bool {
 /// own f16 (`m`, or `-dmin * mn`), not a multiple of the scale.
 fn has_min(scheme: QuantScheme) -> bool {
     matches!(scheme, QuantScheme::Q4_1 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K)
+}
+
+/// Whether [`dot_groups`] on `scheme` and `arm` reads the activation rows' sums of each 16
+/// quants (`Q8Row::sums16`): Q6_K's offset of 32, and on AVX2 Q8_0's bias of 128 (one
+/// sum a call, where each chunk of columns had summed every row again).
+pub(super) fn takes_sums16(scheme: QuantScheme, arm: Arm) -> bool {
+    available(scheme, arm) && (scheme == QuantScheme::Q6K || (scheme == QuantScheme::Q8_0 && !vnni(arm)))
 }
 
 /// Whether `arm` takes the AVX-512 VNNI kernels on this host.
@@ -385,7 +403,7 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
     let cols = out.first().map_or(0, |o| o.len());
     assert!(g0 * ROWS + cols <= p.n && out.iter().all(|o| o.len() == cols));
     assert!(acts.iter().all(|a| a.q.len() == p.k && a.d.len() == nb && a.s.len() == nb));
-    assert!(p.scheme != QuantScheme::Q6K || acts.iter().all(|a| a.sums16.len() == 2 * nb));
+    assert!(!takes_sums16(p.scheme, arm) || acts.iter().all(|a| a.sums16.len() == 2 * nb));
     #[cfg(target_arch = "x86_64")]
     for (acts, out) in acts.chunks(PASS).zip(out.chunks_mut(PASS)) {
         // SAFETY: the features were checked; every group read lies in `p.bytes` (groups
@@ -917,14 +935,6 @@ pub(super) mod x86 {
         };
         // Sub-blocks of a block, each its own terms: Q6_K's two of 16 values (4 steps).
         let subs = if q6k { 2 } else { 1 };
-        // Q8_0: 128 x each activation block's sum, the biased weights' share.
-        let bias_terms: Vec<i32> = if q8 {
-            acts.iter()
-                .flat_map(|a| a.q.chunks_exact(32).map(|b| b.iter().map(|&v| v as i32).sum::<i32>() << 7))
-                .collect()
-        } else {
-            Vec::new()
-        };
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
             let ones = _mm256_set1_epi16(1);
@@ -941,8 +951,10 @@ pub(super) mod x86 {
                             // summed in i16 over `chain` steps, then widened into i32.
                             let mut isums = [_mm256_setzero_si256(); A];
                             if q8 {
+                                // 128 x the activation block's sum, the biased weights' share.
                                 for (i, isum) in isums.iter_mut().enumerate() {
-                                    *isum = _mm256_set1_epi32(*bias_terms.get_unchecked(i * nb + b));
+                                    let sums = acts[i].sums16.get_unchecked(2 * b..2 * b + 2);
+                                    *isum = _mm256_set1_epi32((sums[0] + sums[1]) << 7);
                                 }
                             }
                             if q6k {
@@ -1049,16 +1061,7 @@ mod tests {
     fn repacking_keeps_every_value_on_one_thread_or_several() {
         let pool = crate::threads::pool(2).unwrap();
         let n = 37;
-        for scheme in [
-            QuantScheme::Q4_0,
-            QuantScheme::Q4_1,
-            QuantScheme::Q5_0,
-            QuantScheme::Q5_1,
-            QuantScheme::Q8_0,
-            QuantScheme::Q4K,
-            QuantScheme::Q5K,
-            QuantScheme::Q6K,
-        ] {
+        for scheme in SCHEMES {
             let k = 3 * scheme.block_size();
             let bb = scheme.block_bytes();
             let w: Vec<u8> =

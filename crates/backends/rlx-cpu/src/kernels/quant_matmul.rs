@@ -353,8 +353,8 @@ fn halves(layout: Layout, b: usize, nb: usize) -> (usize, usize) {
 }
 
 /// A row quantized to 8 bits per block: values `q`, per-block scale `d` and `s = d * sum(q)`;
-/// for products on repacked Q6_K weights the sum of each 16 values (`sums16`, empty
-/// otherwise).
+/// for the repacked products that take them the sum of each 16 values (`sums16`, empty
+/// otherwise: `q8_packed::takes_sums16`).
 pub(super) struct Q8Row<'a> {
     pub(super) q: &'a [i8],
     pub(super) d: &'a [f32],
@@ -437,8 +437,8 @@ fn q8_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
 fn with_q8_rows<R>(p: &QuantMatMulPlan, arm: Arm, x: &[f32], layout: Layout, f: impl FnOnce(&[Q8Row]) -> R) -> R {
     let (m, k) = (p.m, p.k);
     let nb = k / Q8_BLOCK;
-    // Q6_K's repacked products take the quants' sums by 16 (in integers).
-    let sums16 = if p.scheme == QuantScheme::Q6K && q8_packed::available(p.scheme, arm) { 2 * m * nb } else { 0 };
+    // Some repacked products take the quants' sums by 16 (in integers).
+    let sums16 = if q8_packed::takes_sums16(p.scheme, arm) { 2 * m * nb } else { 0 };
     // Scratch: the m quantized rows (k bytes each) after 2 * m * nb floats of scales and
     // the sums by 16.
     let floats = 2 * m * nb + sums16 + (m * k).div_ceil(4);
@@ -667,23 +667,22 @@ type DotFn = fn(QuantScheme, &[u8], &Q8Row, &mut [f32]);
 /// Whether `scheme` has an integer row kernel ([`dot_kernel`]); the others take
 /// [`rows_decoded`].
 fn has_integer_rows(scheme: QuantScheme) -> bool {
-    quant_gemm::group_size(scheme).is_some()
+    q8_packed::SCHEMES.contains(&scheme)
 }
 
-/// The dot products of weight rows with a q8 row, for `scheme` on `arm`, where
-/// `q8_packed` does not take the product: on the portable arm (every x86 CPU with AVX2
-/// has F16C, and `q8_packed` runs every scheme below there), and for the other schemes.
+/// The dot products of weight rows with a q8 row, for a scheme with an integer row kernel
+/// ([`has_integer_rows`]) on `arm`, where `q8_packed` does not take the product: on the
+/// portable arm (every x86 CPU with AVX2 has F16C, and `q8_packed` runs these schemes
+/// there).
 fn dot_kernel(scheme: QuantScheme, arm: Arm) -> DotFn {
     match scheme {
         QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q8_0 => |s, w, a, o| each_row(s, w, a, o, dot_portable),
-        QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K => {
-            match arm.min(Arm::best()) {
-                Arm::Avx512 => |s, w, a, o| dot_rows_unpacked(Arm::Avx512, s, w, a, o),
-                Arm::Avx2 => |s, w, a, o| dot_rows_unpacked(Arm::Avx2, s, w, a, o),
-                Arm::Portable => |s, w, a, o| dot_rows_unpacked(Arm::Portable, s, w, a, o),
-            }
-        }
-        _ => unreachable!("{scheme:?} takes rows_decoded"),
+        // Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+        _ => match arm.min(Arm::best()) {
+            Arm::Avx512 => |s, w, a, o| dot_rows_unpacked(Arm::Avx512, s, w, a, o),
+            Arm::Avx2 => |s, w, a, o| dot_rows_unpacked(Arm::Avx2, s, w, a, o),
+            Arm::Portable => |s, w, a, o| dot_rows_unpacked(Arm::Portable, s, w, a, o),
+        },
     }
 }
 
@@ -864,37 +863,42 @@ multiversion! {
     /// lane sums (the Natural layout; 16 values share an activation scale), the same per
     /// row whatever the others. One row at a time, each decoded block dotted in one
     /// sum of dependent adds, ran Q3_K 4096 x 4096 at 57.8 ms a row (AMD EPYC Zen 4, 1
-    /// thread; 8 rows 8x that).
+    /// thread; 8 rows 8x that). Activation rows go [`ROWS_PASS`] at a time, their lane
+    /// sums on the stack.
     fn rows_decoded(scheme: QuantScheme, w: &[u8], acts: &[Q8Row], outs: &mut [&mut [f32]]) {
         let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
         let blocks_per_run = (256 / bs).max(1);
         let rb = w.len() / outs.first().map_or(1, |o| o.len()).max(1);
         let mut values = [0f32; 256];
-        let mut acc = vec![[0f32; 16]; acts.len()];
-        for (j, row) in w.chunks_exact(rb.max(1)).enumerate() {
-            acc.iter_mut().for_each(|a| *a = [0.0; 16]);
-            for (r, run) in row.chunks(blocks_per_run * bb).enumerate() {
-                let n = run.len() / bb * bs;
-                for (block, v) in run.chunks_exact(bb).zip(values.chunks_exact_mut(bs)) {
-                    dequantize_block(scheme, block, v);
-                }
-                let first = r * blocks_per_run * bs;
-                for (a, acc) in acts.iter().zip(acc.iter_mut()) {
-                    for (c, v) in values[..n].chunks_exact(16).enumerate() {
-                        let at = first + 16 * c;
-                        let (q, d) = (&a.q[at..at + 16], a.d[at / Q8_BLOCK]);
-                        for l in 0..16 {
-                            acc[l] += v[l] * (q[l] as f32 * d);
+        for (acts, outs) in acts.chunks(ROWS_PASS).zip(outs.chunks_mut(ROWS_PASS)) {
+            for (j, row) in w.chunks_exact(rb.max(1)).enumerate() {
+                let mut acc = [[0f32; 16]; ROWS_PASS];
+                for (r, run) in row.chunks(blocks_per_run * bb).enumerate() {
+                    let n = run.len() / bb * bs;
+                    for (block, v) in run.chunks_exact(bb).zip(values.chunks_exact_mut(bs)) {
+                        dequantize_block(scheme, block, v);
+                    }
+                    let first = r * blocks_per_run * bs;
+                    for (a, acc) in acts.iter().zip(acc.iter_mut()) {
+                        for (c, v) in values[..n].chunks_exact(16).enumerate() {
+                            let at = first + 16 * c;
+                            let (q, d) = (&a.q[at..at + 16], a.d[at / Q8_BLOCK]);
+                            for l in 0..16 {
+                                acc[l] += v[l] * (q[l] as f32 * d);
+                            }
                         }
                     }
                 }
-            }
-            for (out, acc) in outs.iter_mut().zip(&acc) {
-                out[j] = acc.iter().sum();
+                for (out, acc) in outs.iter_mut().zip(&acc) {
+                    out[j] = acc.iter().sum();
+                }
             }
         }
     }
 }
+
+/// Activation rows per pass of [`rows_decoded`] (each weight row decoded once a pass).
+const ROWS_PASS: usize = 8;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
