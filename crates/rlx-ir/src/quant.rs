@@ -231,12 +231,11 @@ pub fn dequantize_block(scheme: QuantScheme, b: &[u8], o: &mut [f32]) {
             }
         }
         QuantScheme::Q3K => {
-            let (hmask, qs, sc, d) = (&b[0..32], &b[32..96], &b[96..108], f16_at(b, 108));
+            let (hmask, qs, d) = (&b[0..32], &b[32..96], f16_at(b, 108));
+            let scales = q3k_scales(&b[96..108]);
             // As Q2_K's, by runs of 16; the high bit of value e is bit e / 32 of hmask[e % 32].
             for (i, o) in o[..256].chunks_exact_mut(16).enumerate() {
-                let lo = (sc[i % 8] >> (4 * (i / 8))) & 0xF;
-                let hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
-                let scale = (lo | (hi << 4)) as i32 - 32;
+                let scale = scales[i] as i32;
                 let (h, s, half) = (i / 8, (i % 8) / 2, i % 2);
                 let (qs, hmask) = (&qs[h * 32 + 16 * half..][..16], &hmask[16 * half..][..16]);
                 let j = i / 2;
@@ -292,6 +291,18 @@ pub fn k_scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
         mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30);
     }
     (sc, mn)
+}
+
+/// The 16 signed sub-block scales of a Q3_K super-block (12 packed bytes: 4 low bits of
+/// scale i in byte i % 8 at bit 4 (i / 8), its 2 high bits in byte 8 + i % 4 at bit
+/// 2 (i / 4); stored as scale + 32).
+#[inline]
+pub fn q3k_scales(s: &[u8]) -> [i8; 16] {
+    std::array::from_fn(|i| {
+        let lo = (s[i % 8] >> (4 * (i / 8))) & 0xF;
+        let hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        ((lo | (hi << 4)) as i32 - 32) as i8
+    })
 }
 
 /// Encodes `values` (a whole number of blocks) in `scheme`.

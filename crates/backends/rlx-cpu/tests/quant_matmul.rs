@@ -130,6 +130,10 @@ fn long_rows_and_tiles_match_the_oracle() {
     check(QuantScheme::Q6K, 1, 2048, 19, ActivationQuant::Q8, 8);
     check(QuantScheme::Q5_1, 2, 640, 9, ActivationQuant::Q8, 9);
     check(QuantScheme::Q5K, 1, 512, 11, ActivationQuant::Q8, 10);
+    // Gemma 3 270M's ffn_down and attn_output re-quantized by llama-quantize as Q2_K / Q3_K.
+    check(QuantScheme::Q3K, 3, 2048, 35, ActivationQuant::Q8, 15);
+    check(QuantScheme::Q2K, 9, 1024, 21, ActivationQuant::Q8, 16);
+    check(QuantScheme::Q3K, 40, 2048, 50, ActivationQuant::Q16, 17);
     check(QuantScheme::Q5_0, 6, 640, 33, ActivationQuant::F32, 11);
     check(QuantScheme::Q6K, 12, 2048, 20, ActivationQuant::F32, 12);
 }
@@ -492,7 +496,7 @@ fn one_f32_row_has_the_same_bits_on_every_arm() {
 
 /// The bits of `plan`'s product of `x` and `w` on `arm`, on the calling thread.
 /// The schemes `q8_packed` repacks 16 rows side by side.
-const REPACKED: [QuantScheme; 8] = rlx_cpu::kernels::q8_packed::SCHEMES;
+const REPACKED: [QuantScheme; 10] = rlx_cpu::kernels::q8_packed::SCHEMES;
 
 fn arm_bits(plan: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8]) -> Vec<u32> {
     let mut out = vec![f32::NAN; plan.m * plan.n];

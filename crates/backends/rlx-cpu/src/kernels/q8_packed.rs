@@ -1,29 +1,31 @@
 //! The 8-bit activation products (decode) against weights repacked 16 rows side by side.
 //!
-//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K rows are repacked once (a param's copy
-//! lives in its `ParamBuffer`) so that one 64-byte load holds the same 4 quants of 16 weight rows:
-//! `vpdpbusd` then takes 4 activation bytes broadcast and gives 16 rows' partial dots, one
-//! per lane, and a block of 32 costs 8 of them per (16 rows, activation row), plus one
-//! conversion and two FMAs for the scales. Row by row (`quant_matmul`'s kernels, and the
-//! K-quants' own until 2026-12-07) costs about 6 instructions per (block pair, weight row,
-//! activation row) instead: 8 activation rows cost 4.2x one row there (SmolLM2, 2
-//! threads), where here the 16 rows' weights stay in L1 across the activation rows of a
-//! batch.
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K rows are repacked once
+//! (a param's copy lives in its `ParamBuffer`) so that one 64-byte load holds the same 4
+//! quants of 16 weight rows: `vpdpbusd` then takes 4 activation bytes broadcast and gives
+//! 16 rows' partial dots, one per lane, and a block of 32 costs 8 of them per (16 rows,
+//! activation row), plus one conversion and two FMAs for the scales. Row by row
+//! (`quant_matmul`'s kernels, and the K-quants' own until 2026-12-07) costs about 6
+//! instructions per (block pair, weight row, activation row) instead: 8 activation rows
+//! cost 4.2x one row there (SmolLM2, 2 threads), where here the 16 rows' weights stay in
+//! L1 across the activation rows of a batch.
 //!
 //! Each output is one lane's chain in block order (`acc = fma(isum, sw * da, acc)`, then
-//! `acc = fma(ow, s, acc)`; Q6_K one `fma(isum, sw * da, acc)` per sub-block of 16, its
-//! offset in the integer sum) whatever the number of activation rows or threads, so a row
-//! of a batched decode step gets the bits it gets alone.
+//! `acc = fma(ow, s, acc)`; Q3_K and Q6_K one `fma(isum, sw * da, acc)` per sub-block of
+//! 16, their offset in the integer sum; Q2_K both steps per sub-block of 16) whatever the
+//! number of activation rows or threads, so a row of a batched decode step gets the bits
+//! it gets alone.
 //!
 //! Layout, per group of 16 rows and per block of 32 values: the quants (4-bit: 4 chunks of
 //! 64 bytes, chunk `c` holding steps `2c` (low nibbles) and `2c + 1` (high nibbles), then
 //! for the 5-bit schemes a 64-bit mask per step of the values' fifth bits, for Q6_K two
-//! 64-byte planes of the top two bits; 8-bit: 8 chunks, Q8_0's signed quants biased by +128), where step
-//! `t` of lane `j` is row `j`'s values `4t..4t + 4`; then the 16 rows' f16 scales `d`;
-//! then, for Q4_1 and Q5_1, their f16 mins. A K-quant super-block (8 blocks) puts its 16 rows'
-//! header first ([`k_header_bytes`]) and its blocks' quants after. The groups follow each
-//! other in row order, each group's blocks in column order, so a product reads the bytes
-//! in address order (the Zen 4 prefetcher's best case).
+//! 64-byte planes of the top two bits; 2-bit (Q2_K) two such planes of the values, Q3_K's
+//! third bits after them in masks as the fifth bits; 8-bit: 8 chunks, Q8_0's signed quants
+//! biased by +128), where step `t` of lane `j` is row `j`'s values `4t..4t + 4`; then the
+//! 16 rows' f16 scales `d`; then, for Q4_1 and Q5_1, their f16 mins. A K-quant super-block
+//! (8 blocks) puts its 16 rows' header first ([`k_header_bytes`]) and its blocks' quants
+//! after. The groups follow each other in row order, each group's blocks in column order,
+//! so a product reads the bytes in address order (the Zen 4 prefetcher's best case).
 
 use super::quant_matmul::Q8Row;
 use crate::features::{Arm, features};
@@ -70,6 +72,8 @@ const Q4_K: u8 = 4;
 const Q6_K: u8 = 5;
 const Q5_1: u8 = 6;
 const Q5_K: u8 = 7;
+const Q2_K: u8 = 8;
+const Q3_K: u8 = 9;
 
 /// `scheme`'s const parameter (one of the packable schemes: [`available`]).
 fn scheme_id(scheme: QuantScheme) -> u8 {
@@ -81,6 +85,8 @@ fn scheme_id(scheme: QuantScheme) -> u8 {
         QuantScheme::Q6K => Q6_K,
         QuantScheme::Q5_1 => Q5_1,
         QuantScheme::Q5K => Q5_K,
+        QuantScheme::Q2K => Q2_K,
+        QuantScheme::Q3K => Q3_K,
         _ => Q8_0,
     }
 }
@@ -95,6 +101,8 @@ const fn scheme_of(id: u8) -> QuantScheme {
         Q6_K => QuantScheme::Q6K,
         Q5_1 => QuantScheme::Q5_1,
         Q5_K => QuantScheme::Q5K,
+        Q2_K => QuantScheme::Q2K,
+        Q3_K => QuantScheme::Q3K,
         _ => QuantScheme::Q8_0,
     }
 }
@@ -110,6 +118,8 @@ macro_rules! by_scheme_rows {
             Q6_K => by_rows!($($kernel)::+[Q6_K,]($($arg),*), $rows),
             Q5_1 => by_rows!($($kernel)::+[Q5_1,]($($arg),*), $rows),
             Q5_K => by_rows!($($kernel)::+[Q5_K,]($($arg),*), $rows),
+            Q2_K => by_rows!($($kernel)::+[Q2_K,]($($arg),*), $rows),
+            Q3_K => by_rows!($($kernel)::+[Q3_K,]($($arg),*), $rows),
             _ => by_rows!($($kernel)::+[Q8_0,]($($arg),*), $rows),
         }
     };
@@ -127,13 +137,15 @@ pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
 }
 
 /// The schemes repacked here: those whose weights are `sw * u + ow` per group of 32 or 16
-/// (all but Q2_K, Q3_K and the float ones; `quant_gemm` fills its panels from this layout).
-pub const SCHEMES: [QuantScheme; 8] = [
+/// (all but the float ones; `quant_gemm` fills its panels from this layout).
+pub const SCHEMES: [QuantScheme; 10] = [
     QuantScheme::Q4_0,
     QuantScheme::Q4_1,
     QuantScheme::Q5_0,
     QuantScheme::Q5_1,
     QuantScheme::Q8_0,
+    QuantScheme::Q2K,
+    QuantScheme::Q3K,
     QuantScheme::Q4K,
     QuantScheme::Q5K,
     QuantScheme::Q6K,
@@ -148,12 +160,47 @@ pub fn available_q16(scheme: QuantScheme, arm: Arm) -> bool {
 
 /// Whether `scheme` is a K-quant (super-blocks of 256 values, [`Packed`]'s K layout).
 fn is_k(scheme: QuantScheme) -> bool {
-    matches!(scheme, QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K)
+    matches!(scheme, QuantScheme::Q2K | QuantScheme::Q3K | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K)
+}
+
+/// Whether `scheme`'s scale terms go by 16 values: two sub-blocks a block of 32, each its
+/// own `(sw, ow)`.
+fn by_16(scheme: QuantScheme) -> bool {
+    matches!(scheme, QuantScheme::Q2K | QuantScheme::Q3K | QuantScheme::Q6K)
+}
+
+/// Whether `scheme`'s quants are stored as planes of 2 bits (Q3_K's third bit apart).
+fn two_bits(scheme: QuantScheme) -> bool {
+    matches!(scheme, QuantScheme::Q2K | QuantScheme::Q3K)
 }
 
 /// Whether `scheme`'s quants have a fifth bit (stored in per-step masks).
 fn five_bits(scheme: QuantScheme) -> bool {
     matches!(scheme, QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q5K)
+}
+
+/// Where a (group, block)'s per-step bit masks lie in its quants, and the bit of the
+/// value they set: the 5-bit schemes' fifth bits after the nibbles, Q3_K's third bits
+/// after its two planes.
+fn bit_masks(scheme: QuantScheme) -> Option<(usize, u8)> {
+    if five_bits(scheme) {
+        Some((256, 4))
+    } else if scheme == QuantScheme::Q3K {
+        Some((128, 2))
+    } else {
+        None
+    }
+}
+
+/// `log2` of the offset a by-16 scheme's quants are stored with, taken off in the
+/// integer sums with the activation rows' sums by 16 (Q6_K `q + 32`, Q3_K `q + 4`); 0 for
+/// Q2_K, whose offsets are its mins (`ow * s` per sub-block).
+fn offset_shift(scheme: QuantScheme) -> u32 {
+    match scheme {
+        QuantScheme::Q6K => 5,
+        QuantScheme::Q3K => 2,
+        _ => 0,
+    }
 }
 
 /// Whether `scheme`'s blocks (or super-blocks) carry a min beside the scale: `ow` is its
@@ -163,10 +210,10 @@ fn has_min(scheme: QuantScheme) -> bool {
 }
 
 /// Whether [`dot_groups`] on `scheme` and `arm` reads the activation rows' sums of each 16
-/// quants (`Q8Row::sums16`): Q6_K's offset of 32, and on AVX2 Q8_0's bias of 128 (one
-/// sum a call, where each chunk of columns had summed every row again).
+/// quants (`Q8Row::sums16`): the by-16 schemes' offsets and mins, and on AVX2 Q8_0's bias
+/// of 128 (one sum a call, where each chunk of columns had summed every row again).
 pub(super) fn takes_sums16(scheme: QuantScheme, arm: Arm) -> bool {
-    available(scheme, arm) && (scheme == QuantScheme::Q6K || (scheme == QuantScheme::Q8_0 && !vnni(arm)))
+    available(scheme, arm) && (by_16(scheme) || (scheme == QuantScheme::Q8_0 && !vnni(arm)))
 }
 
 /// Whether `arm` takes the AVX-512 VNNI kernels on this host.
@@ -189,12 +236,13 @@ fn unit_bytes(scheme: QuantScheme) -> usize {
 
 /// Bytes of a K-quant (group, super-block)'s header: Q4_K's and Q5_K's 16 rows' f16 `d`,
 /// then their f16 `dmin`, then the 8 sub-block scales (8 x 16 bytes, row by row in each)
-/// and the 8 mins (the same); Q6_K's `d`, then its 16 signed sub-block scales (16 x 16
-/// bytes).
+/// and the 8 mins (the same); Q2_K's `d` and `dmin`, then its 16 sub-blocks' bytes as
+/// stored (scale in the low nibble, min in the high; 16 x 16 bytes); Q3_K's and Q6_K's
+/// `d`, then their 16 signed sub-block scales (16 x 16 bytes).
 const fn k_header_bytes(scheme: QuantScheme) -> usize {
     match scheme {
-        QuantScheme::Q6K => 32 + 256,
-        _ => 64 + 2 * 128,
+        QuantScheme::Q3K | QuantScheme::Q6K => 32 + 256,
+        _ => 64 + 256,
     }
 }
 
@@ -215,11 +263,14 @@ pub(super) fn quants_offset(scheme: QuantScheme, b: usize) -> usize {
 
 /// Bytes of the quants of one (group, block): 4 or 8 bits for 16 x 32 values, and for
 /// the 5-bit schemes the fifth bits (8 masks of 64 bits, one per step), for Q6_K the top
-/// two bits (two 64-byte planes, one per 4 steps).
+/// two bits (two 64-byte planes, one per 4 steps); Q2_K's two planes alone, Q3_K's with
+/// its third bits' masks.
 pub(super) fn quant_bytes(scheme: QuantScheme) -> usize {
     match scheme {
         QuantScheme::Q8_0 => 512,
         QuantScheme::Q6K => 256 + 128,
+        QuantScheme::Q2K => 128,
+        QuantScheme::Q3K => 128 + 64,
         _ if five_bits(scheme) => 256 + 64,
         _ => 256,
     }
@@ -250,13 +301,24 @@ fn pack_nibbles(values: &[u8], lane: usize, dst: &mut [u8]) {
     }
 }
 
-/// Writes the fifth bits of `values` (one block of row `lane`) into the group's step
-/// masks at `dst`: bit 4 lane + e of step t's 64-bit mask is value 4t + e's.
-fn pack_fifth_bits(values: &[u8], lane: usize, dst: &mut [u8]) {
+/// Writes bit `bit` of `values` (one block of row `lane`) into the group's step masks at
+/// `dst`: bit 4 lane + e of step t's 64-bit mask is value 4t + e's.
+fn pack_bit_masks(values: &[u8], bit: u8, lane: usize, dst: &mut [u8]) {
     for t in 0..8 {
         for e in 0..4 {
-            let bit = 4 * lane + e;
-            dst[8 * t + bit / 8] |= ((values[4 * t + e] >> 4) & 1) << (bit % 8);
+            let at = 4 * lane + e;
+            dst[8 * t + at / 8] |= ((values[4 * t + e] >> bit) & 1) << (at % 8);
+        }
+    }
+}
+
+/// Writes bits `shift..shift + 2` of `values` (one block of row `lane`) into the group's
+/// two 2-bit planes at `dst`: those of value 4t + e at bits 2 (t % 4) of byte 4 lane + e
+/// of plane t / 4.
+fn pack_two_bit_planes(values: &[u8], shift: u8, lane: usize, dst: &mut [u8]) {
+    for t in 0..8 {
+        for e in 0..4 {
+            dst[64 * (t / 4) + 4 * lane + e] |= ((values[4 * t + e] >> shift) & 3) << (2 * (t % 4));
         }
     }
 }
@@ -278,8 +340,8 @@ fn repack_unit(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
         let mut values = [0u8; 32];
         super::quant_gemm::quants(scheme, src, &mut values);
         pack_nibbles(&values, lane, dst);
-        if five_bits(scheme) {
-            pack_fifth_bits(&values, lane, &mut dst[256..]);
+        if let Some((at, bit)) = bit_masks(scheme) {
+            pack_bit_masks(&values, bit, lane, &mut dst[at..]);
         }
     }
     let quant_bytes = quant_bytes(scheme);
@@ -290,39 +352,44 @@ fn repack_unit(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
 }
 
 /// [`repack_unit`] for a K-quant super-block: the header's row `lane` (see
-/// [`k_header_bytes`]; Q4_K's and Q5_K's scales and mins unpacked from their 6 bits), then
-/// each block of 32 values (`quant_gemm::quants`' order, unsigned: Q6_K's `q + 32`) as
-/// nibble chunks, Q5_K's fifth bits as the 5-bit schemes', and Q6_K's two top bits of step
-/// t's values (4t + e, byte e of the lane) at bits 2 (t % 4) of byte e in plane t / 4.
+/// [`k_header_bytes`]; Q4_K's and Q5_K's scales and mins unpacked from their 6 bits,
+/// Q3_K's from theirs), then each block of 32 values (`quant_gemm::quants`' order,
+/// unsigned: Q6_K's `q + 32`, Q3_K's `q + 4`) as nibble chunks, Q5_K's fifth bits as the
+/// 5-bit schemes', Q6_K's two top bits in two planes ([`pack_two_bit_planes`]); Q2_K's
+/// and Q3_K's low two bits in the planes, Q3_K's third in masks.
 fn repack_k(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
     let mut u = [0u8; 256];
     super::quant_gemm::quants(scheme, src, &mut u);
     let (header, blocks) = dst.split_at_mut(k_header_bytes(scheme));
-    if scheme != QuantScheme::Q6K {
-        header[2 * lane..][..2].copy_from_slice(&src[..2]);
-        header[32 + 2 * lane..][..2].copy_from_slice(&src[2..4]);
-        let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
-        for j in 0..8 {
-            header[64 + 16 * j + lane] = sc[j];
-            header[64 + 128 + 16 * j + lane] = mn[j];
+    let (d, scales): (&[u8], [u8; 16]) = match scheme {
+        QuantScheme::Q2K => {
+            header[32 + 2 * lane..][..2].copy_from_slice(&src[82..84]);
+            (&src[80..82], src[..16].try_into().expect("16 scale bytes"))
         }
-    } else {
-        header[2 * lane..][..2].copy_from_slice(&src[208..210]);
-        for (j, &scale) in src[192..208].iter().enumerate() {
-            header[32 + 16 * j + lane] = scale;
+        QuantScheme::Q3K => (&src[108..110], rlx_ir::quant::q3k_scales(&src[96..108]).map(|s| s as u8)),
+        QuantScheme::Q6K => (&src[208..210], src[192..208].try_into().expect("16 scales")),
+        _ => {
+            header[32 + 2 * lane..][..2].copy_from_slice(&src[2..4]);
+            let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
+            (&src[..2], std::array::from_fn(|j| if j < 8 { sc[j] } else { mn[j - 8] }))
         }
+    };
+    header[2 * lane..][..2].copy_from_slice(d);
+    let first = k_header_bytes(scheme) - 256;
+    for (j, &scale) in scales.iter().enumerate() {
+        header[first + 16 * j + lane] = scale;
     }
     for (values, block) in u.chunks_exact(32).zip(blocks.chunks_exact_mut(quant_bytes(scheme))) {
-        pack_nibbles(values, lane, block);
-        if five_bits(scheme) {
-            pack_fifth_bits(values, lane, &mut block[256..]);
+        if two_bits(scheme) {
+            pack_two_bit_planes(values, 0, lane, block);
+        } else {
+            pack_nibbles(values, lane, block);
+        }
+        if let Some((at, bit)) = bit_masks(scheme) {
+            pack_bit_masks(values, bit, lane, &mut block[at..]);
         }
         if scheme == QuantScheme::Q6K {
-            for t in 0..8 {
-                for e in 0..4 {
-                    block[256 + 64 * (t / 4) + 4 * lane + e] |= (values[4 * t + e] >> 4) << (2 * (t % 4));
-                }
-            }
+            pack_two_bit_planes(values, 4, lane, &mut block[256..]);
         }
     }
 }
@@ -499,16 +566,29 @@ pub(super) mod x86 {
                 }
                 return steps;
             }
-            let mask = _mm512_set1_epi8(0x0F);
-            for c in 0..4 {
-                let x = _mm512_loadu_si512(at.add(64 * c) as *const __m512i);
-                steps[2 * c] = _mm512_and_si512(x, mask);
-                steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
+            if super::two_bits(scheme) {
+                // Step t's bits sit at bits 2 (t % 4) of plane t / 4's bytes (16-bit
+                // shifts; what crosses a byte is masked away).
+                let mask = _mm512_set1_epi8(3);
+                for (h, steps) in steps.chunks_exact_mut(4).enumerate() {
+                    let plane = _mm512_loadu_si512(at.add(64 * h) as *const __m512i);
+                    steps[0] = _mm512_and_si512(plane, mask);
+                    steps[1] = _mm512_and_si512(_mm512_srli_epi16::<2>(plane), mask);
+                    steps[2] = _mm512_and_si512(_mm512_srli_epi16::<4>(plane), mask);
+                    steps[3] = _mm512_and_si512(_mm512_srli_epi16::<6>(plane), mask);
+                }
+            } else {
+                let mask = _mm512_set1_epi8(0x0F);
+                for c in 0..4 {
+                    let x = _mm512_loadu_si512(at.add(64 * c) as *const __m512i);
+                    steps[2 * c] = _mm512_and_si512(x, mask);
+                    steps[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(x), mask);
+                }
             }
-            if super::five_bits(scheme) {
+            if let Some((masks, bit)) = super::bit_masks(scheme) {
                 for (t, s) in steps.iter_mut().enumerate() {
-                    let fifth = (at.add(256 + 8 * t) as *const u64).read_unaligned();
-                    *s = _mm512_or_si512(*s, _mm512_maskz_set1_epi8(fifth, 0x10));
+                    let bits = (at.add(masks + 8 * t) as *const u64).read_unaligned();
+                    *s = _mm512_or_si512(*s, _mm512_maskz_set1_epi8(bits, 1 << bit));
                 }
             }
             if scheme == QuantScheme::Q6K {
@@ -533,9 +613,10 @@ pub(super) mod x86 {
     }
 
     /// Group terms `(sw, ow)` (`w = sw * u + ow` per lane) of block `b` of the group at
-    /// `group`: of its 32 values, or for Q6_K of its sub-block `h` (values `16 h..16 h +
-    /// 16`; `h` is ignored otherwise). Each lane's terms are the scalar code's
-    /// (`quant_gemm::unpack_block`): Q4_K `d * sc`, `-dmin * mn`; Q6_K `d * sc`, `-32 d sc`.
+    /// `group`: of its 32 values, or for the by-16 schemes of its sub-block `h` (values
+    /// `16 h..16 h + 16`; `h` is ignored otherwise). Each lane's terms are the scalar code's
+    /// (`quant_gemm::unpack_block`): Q2_K / Q4_K `d * sc`, `-dmin * mn`; Q6_K `d * sc`,
+    /// `-32 d sc`; Q3_K `d * sc`, `-4 d sc`.
     ///
     /// # Safety
     /// `group` points at a whole group of `scheme`, `b` is one of its blocks; the caller
@@ -554,19 +635,31 @@ pub(super) mod x86 {
             if super::is_k(scheme) {
                 let header = at.sub(k_header_bytes(scheme) + (b % 8) * quant_bytes(scheme));
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(header as *const __m256i));
-                if scheme != QuantScheme::Q6K {
-                    let sc = _mm_loadu_si128(header.add(64 + 16 * (b % 8)) as *const __m128i);
-                    let mn = _mm_loadu_si128(header.add(192 + 16 * (b % 8)) as *const __m128i);
-                    let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(header.add(32) as *const __m256i));
-                    // -dmin exactly (the sign flipped, as the scalar `-dmin`).
-                    let dmin =
-                        _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(i32::MIN)));
-                    let sw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
-                    return (sw, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn))));
-                }
-                let sc = _mm_loadu_si128(header.add(32 + 16 * (2 * (b % 8) + h)) as *const __m128i);
-                let sw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
-                return (sw, _mm512_mul_ps(sw, _mm512_set1_ps(-32.0)));
+                let (sc, mn) = match scheme {
+                    QuantScheme::Q4K | QuantScheme::Q5K => {
+                        let sc = _mm_loadu_si128(header.add(64 + 16 * (b % 8)) as *const __m128i);
+                        let mn = _mm_loadu_si128(header.add(192 + 16 * (b % 8)) as *const __m128i);
+                        (_mm512_cvtepu8_epi32(sc), _mm512_cvtepu8_epi32(mn))
+                    }
+                    QuantScheme::Q2K => {
+                        let bytes = _mm_loadu_si128(header.add(64 + 16 * (2 * (b % 8) + h)) as *const __m128i);
+                        let bytes = _mm512_cvtepu8_epi32(bytes);
+                        (_mm512_and_si512(bytes, _mm512_set1_epi32(0xF)), _mm512_srli_epi32::<4>(bytes))
+                    }
+                    _ => {
+                        // Q3_K, Q6_K: signed scales, the offset a multiple of the scale.
+                        let sc = _mm_loadu_si128(header.add(32 + 16 * (2 * (b % 8) + h)) as *const __m128i);
+                        let sw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+                        let offset = -((1 << super::offset_shift(scheme)) as f32);
+                        return (sw, _mm512_mul_ps(sw, _mm512_set1_ps(offset)));
+                    }
+                };
+                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(header.add(32) as *const __m256i));
+                // -dmin exactly (the sign flipped, as the scalar `-dmin`).
+                let dmin =
+                    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(dmin), _mm512_set1_epi32(i32::MIN)));
+                let sw = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+                return (sw, _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)));
             }
             let quant_bytes = quant_bytes(scheme);
             let sw = _mm512_cvtph_ps(_mm256_loadu_si256(at.add(quant_bytes) as *const __m256i));
@@ -591,7 +684,7 @@ pub(super) mod x86 {
     }
 
     /// Block `b` of the group at `group`: its 8 steps ([`steps`]) and its [`terms`] (of
-    /// sub-block 0 for Q6_K), with the bytes [`PREFETCH`] past it (up to the next block's
+    /// sub-block 0 for the by-16 schemes), with the bytes [`PREFETCH`] past it (up to the next block's
     /// quants, a K-quant header included) fetched into L2.
     ///
     /// # Safety
@@ -666,22 +759,29 @@ pub(super) mod x86 {
                 let mut acc = [_mm512_setzero_ps(); A];
                 let group = p.bytes.as_ptr().add((g0 + g) * gb);
                 for b in 0..nb {
-                    let (steps, (sw, ow)) = block(scheme, group, b);
-                    if scheme == QuantScheme::Q6K {
-                        // Two sub-blocks of 16 (steps 0-3, 4-7), each its own scale; the
-                        // quants' offset of 32 taken off in integers.
-                        let sw1 = terms(scheme, group, b, 1).0;
+                    let (steps, terms0) = block(scheme, group, b);
+                    let (sw, ow) = terms0;
+                    if super::by_16(scheme) {
+                        // Two sub-blocks of 16 (steps 0-3, 4-7), each its own terms; Q3_K's
+                        // and Q6_K's offsets taken off in integers, Q2_K's mins as `ow * s`
+                        // with `s` the activation scale times the sub-block's sum.
+                        let terms1 = terms(scheme, group, b, 1);
+                        let shift = super::offset_shift(scheme);
                         for i in 0..A {
                             let q = acts[i].q.as_ptr().add(b * 32);
-                            for (h, sw) in [sw, sw1].into_iter().enumerate() {
-                                let offset = *acts[i].sums16.get_unchecked(2 * b + h) << 5;
-                                let mut isum = _mm512_set1_epi32(-offset);
+                            let da = *acts[i].d.get_unchecked(b);
+                            for (h, (sw, ow)) in [terms0, terms1].into_iter().enumerate() {
+                                let sum = *acts[i].sums16.get_unchecked(2 * b + h);
+                                let mut isum = _mm512_set1_epi32(if shift > 0 { -(sum << shift) } else { 0 });
                                 for (t, &step) in steps.iter().enumerate().skip(4 * h).take(4) {
                                     let x = _mm512_set1_epi32((q.add(4 * t) as *const i32).read_unaligned());
                                     isum = _mm512_dpbusd_epi32(isum, step, x);
                                 }
-                                let d = _mm512_set1_ps(*acts[i].d.get_unchecked(b));
+                                let d = _mm512_set1_ps(da);
                                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(sw, d), acc[i]);
+                                if shift == 0 {
+                                    acc[i] = _mm512_fmadd_ps(ow, _mm512_set1_ps(da * sum as f32), acc[i]);
+                                }
                             }
                         }
                         continue;
@@ -811,9 +911,21 @@ pub(super) mod x86 {
             if scheme == QuantScheme::Q8_0 {
                 return _mm256_xor_si256(_mm256_loadu_si256(at.add(64 * t) as *const __m256i), _mm256_set1_epi8(-128));
             }
-            let packed = _mm256_loadu_si256(at.add(64 * (t / 2)) as *const __m256i);
-            let nibbles = if t.is_multiple_of(2) { packed } else { _mm256_srli_epi16::<4>(packed) };
-            let step = _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F));
+            let step = if super::two_bits(scheme) {
+                // As `steps` takes them.
+                let plane = _mm256_loadu_si256(at.add(64 * (t / 4)) as *const __m256i);
+                let bits = match t % 4 {
+                    0 => plane,
+                    1 => _mm256_srli_epi16::<2>(plane),
+                    2 => _mm256_srli_epi16::<4>(plane),
+                    _ => _mm256_srli_epi16::<6>(plane),
+                };
+                _mm256_and_si256(bits, _mm256_set1_epi8(3))
+            } else {
+                let packed = _mm256_loadu_si256(at.add(64 * (t / 2)) as *const __m256i);
+                let nibbles = if t.is_multiple_of(2) { packed } else { _mm256_srli_epi16::<4>(packed) };
+                _mm256_and_si256(nibbles, _mm256_set1_epi8(0x0F))
+            };
             if scheme == QuantScheme::Q6K {
                 // The top bits, as `steps` takes them.
                 let plane = _mm256_loadu_si256(at.add(256 + 64 * (t / 4)) as *const __m256i);
@@ -825,9 +937,7 @@ pub(super) mod x86 {
                 };
                 return _mm256_or_si256(step, _mm256_and_si256(bits, _mm256_set1_epi8(0x30)));
             }
-            if !super::five_bits(scheme) {
-                return step;
-            }
+            let Some((masks, bit)) = super::bit_masks(scheme) else { return step };
             // Byte j of the step takes bit j of the half's 32-bit mask: byte j / 8 of the
             // mask spread to bytes j, then tested against bit j % 8.
             let spread = _mm256_setr_epi8(
@@ -835,10 +945,10 @@ pub(super) mod x86 {
                 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
             );
             let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-            let mask = (at.add(256 + 8 * t - 28 * half) as *const i32).read_unaligned();
+            let mask = (at.add(masks + 8 * t - 28 * half) as *const i32).read_unaligned();
             let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(mask), spread);
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bits), bits);
-            _mm256_or_si256(step, _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+            _mm256_or_si256(step, _mm256_and_si256(set, _mm256_set1_epi8(1 << bit)))
         }
     }
 
@@ -860,18 +970,30 @@ pub(super) mod x86 {
             if super::is_k(scheme) {
                 let header = at.sub(k_header_bytes(scheme) + (b % 8) * quant_bytes(scheme));
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(header.add(16 * half) as *const __m128i));
-                if scheme != QuantScheme::Q6K {
-                    let sc = _mm_loadl_epi64(header.add(64 + 16 * (b % 8) + 8 * half) as *const __m128i);
-                    let mn = _mm_loadl_epi64(header.add(192 + 16 * (b % 8) + 8 * half) as *const __m128i);
-                    let dmin = _mm256_cvtph_ps(_mm_loadu_si128(header.add(32 + 16 * half) as *const __m128i));
-                    let dmin =
-                        _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(dmin), _mm256_set1_epi32(i32::MIN)));
-                    let sw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
-                    return (sw, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))));
-                }
-                let sc = _mm_loadl_epi64(header.add(32 + 16 * (2 * (b % 8) + h) + 8 * half) as *const __m128i);
-                let sw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-                return (sw, _mm256_mul_ps(sw, _mm256_set1_ps(-32.0)));
+                let (sc, mn) = match scheme {
+                    QuantScheme::Q4K | QuantScheme::Q5K => {
+                        let sc = _mm_loadl_epi64(header.add(64 + 16 * (b % 8) + 8 * half) as *const __m128i);
+                        let mn = _mm_loadl_epi64(header.add(192 + 16 * (b % 8) + 8 * half) as *const __m128i);
+                        (_mm256_cvtepu8_epi32(sc), _mm256_cvtepu8_epi32(mn))
+                    }
+                    QuantScheme::Q2K => {
+                        let at = header.add(64 + 16 * (2 * (b % 8) + h) + 8 * half);
+                        let bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(at as *const __m128i));
+                        (_mm256_and_si256(bytes, _mm256_set1_epi32(0xF)), _mm256_srli_epi32::<4>(bytes))
+                    }
+                    _ => {
+                        let at = header.add(32 + 16 * (2 * (b % 8) + h) + 8 * half);
+                        let sc = _mm_loadl_epi64(at as *const __m128i);
+                        let sw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+                        let offset = -((1 << super::offset_shift(scheme)) as f32);
+                        return (sw, _mm256_mul_ps(sw, _mm256_set1_ps(offset)));
+                    }
+                };
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(header.add(32 + 16 * half) as *const __m128i));
+                let dmin =
+                    _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(dmin), _mm256_set1_epi32(i32::MIN)));
+                let sw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+                return (sw, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)));
             }
             let quant_bytes = quant_bytes(scheme);
             let sw = _mm256_cvtph_ps(_mm_loadu_si128(at.add(quant_bytes + 16 * half) as *const __m128i));
@@ -923,18 +1045,21 @@ pub(super) mod x86 {
         let gb = group_bytes(scheme, p.k);
         let cols = out[0].len();
         let q8 = scheme == QuantScheme::Q8_0;
-        let q6k = scheme == QuantScheme::Q6K;
+        // The by-16 schemes' offsets taken off in the integer sums (Q3_K, Q6_K), or their
+        // mins added per sub-block (Q2_K).
+        let shift = super::offset_shift(scheme);
+        let mins16 = super::by_16(scheme) && shift == 0;
         // Steps whose products add up in i16 without overflow: 8 for 4-bit quants (8 x 2 x
-        // 15 x 128 = 30720), 4 for 5-bit quants, 2 for Q6_K's 6 (2 x 2 x 63 x 128), 1 for
-        // Q8_0 (2 x 128 x 128 a step).
+        // 15 x 128 = 30720), 4 for 5-bit quants and the 2- and 3-bit ones (a sub-block's
+        // steps), 2 for Q6_K's 6 (2 x 2 x 63 x 128), 1 for Q8_0 (2 x 128 x 128 a step).
         let chain = match scheme {
             QuantScheme::Q4_0 | QuantScheme::Q4_1 | QuantScheme::Q4K => 8,
-            QuantScheme::Q5_0 | QuantScheme::Q5_1 | QuantScheme::Q5K => 4,
             QuantScheme::Q6K => 2,
-            _ => 1,
+            QuantScheme::Q8_0 => 1,
+            _ => 4,
         };
-        // Sub-blocks of a block, each its own terms: Q6_K's two of 16 values (4 steps).
-        let subs = if q6k { 2 } else { 1 };
+        // Sub-blocks of a block, each its own terms: the by-16 schemes' two (4 steps each).
+        let subs = if super::by_16(scheme) { 2 } else { 1 };
         // SAFETY (whole body): as the caller guarantees.
         unsafe {
             let ones = _mm256_set1_epi16(1);
@@ -957,10 +1082,10 @@ pub(super) mod x86 {
                                     *isum = _mm256_set1_epi32((sums[0] + sums[1]) << 7);
                                 }
                             }
-                            if q6k {
-                                // The quants' offset of 32, in integers (as `groups_avx512`).
+                            if shift > 0 {
+                                // The quants' offset, in integers (as `groups_avx512`).
                                 for (i, isum) in isums.iter_mut().enumerate() {
-                                    *isum = _mm256_set1_epi32(-(*acts[i].sums16.get_unchecked(2 * b + h) << 5));
+                                    *isum = _mm256_set1_epi32(-(*acts[i].sums16.get_unchecked(2 * b + h) << shift));
                                 }
                             }
                             for first in steps.clone().step_by(chain) {
@@ -978,20 +1103,25 @@ pub(super) mod x86 {
                                 }
                                 for i in 0..A {
                                     let wide = _mm256_madd_epi16(pairs[i], ones);
-                                    let fresh = first == 0 && !q8 && !q6k;
+                                    let fresh = first == 0 && !q8 && shift == 0;
                                     isums[i] = if fresh { wide } else { _mm256_add_epi32(isums[i], wide) };
                                 }
                             }
                             let (sw, ow) = terms_avx2(scheme, group, b, h, half);
                             for i in 0..A {
-                                let (d, s) = (*acts[i].d.get_unchecked(b), *acts[i].s.get_unchecked(b));
+                                let d = *acts[i].d.get_unchecked(b);
                                 let a = _mm256_fmadd_ps(
                                     _mm256_cvtepi32_ps(isums[i]),
                                     _mm256_mul_ps(sw, _mm256_set1_ps(d)),
                                     acc[i][half],
                                 );
-                                // (Q6_K's offset went in with the integers.)
-                                acc[i][half] = if q6k { a } else { _mm256_fmadd_ps(ow, _mm256_set1_ps(s), a) };
+                                // (Q3_K's and Q6_K's offsets went in with the integers.)
+                                let s = if mins16 {
+                                    d * *acts[i].sums16.get_unchecked(2 * b + h) as f32
+                                } else {
+                                    *acts[i].s.get_unchecked(b)
+                                };
+                                acc[i][half] = if shift > 0 { a } else { _mm256_fmadd_ps(ow, _mm256_set1_ps(s), a) };
                             }
                         }
                     }
@@ -1016,7 +1146,7 @@ mod tests {
     /// Value `i` (0..32) of block `b` of weight row `row`, read back from the repacked copy
     /// by its layout: 4-bit values 8c + e (low nibble) and 8c + 4 + e (high) in byte e of
     /// chunk c at the row's lane; 5-bit schemes' fifth bits in per-step masks; Q6_K's top two in
-    /// two planes; Q8_0 biased by 128.
+    /// two planes; Q2_K's and Q3_K's low two in two planes, Q3_K's third in masks; Q8_0 biased by 128.
     fn repacked_value(p: &Packed, row: usize, b: usize, i: usize) -> i32 {
         let (g, lane) = (row / ROWS, row % ROWS);
         let group = &p.bytes()[g * group_bytes(p.scheme, p.k)..];
@@ -1024,34 +1154,36 @@ mod tests {
         if p.scheme == QuantScheme::Q8_0 {
             return (block[(i / 4) * 64 + lane * 4 + i % 4] ^ 0x80) as i8 as i32;
         }
-        let (c, e, high) = (i / 8, i % 4, i % 8 >= 4);
-        let byte = block[c * 64 + lane * 4 + e];
-        let low4 = if high { byte >> 4 } else { byte & 0xF } as i32;
-        let t = i / 4;
+        let (c, e, high, t) = (i / 8, i % 4, i % 8 >= 4, i / 4);
+        let plane = |at: usize| ((block[at + 64 * (t / 4) + 4 * lane + e] >> (2 * (t % 4))) & 3) as i32;
+        let mask_bit = |at: usize| {
+            let bit = lane * 4 + e;
+            ((block[at + 8 * t + bit / 8] >> (bit % 8)) & 1) as i32
+        };
+        let low4 = || {
+            let byte = block[c * 64 + lane * 4 + e];
+            (if high { byte >> 4 } else { byte & 0xF }) as i32
+        };
         match p.scheme {
-            _ if five_bits(p.scheme) => {
-                let bit = lane * 4 + i % 4;
-                low4 | ((((block[256 + 8 * t + bit / 8] >> (bit % 8)) & 1) as i32) << 4)
-            }
-            QuantScheme::Q6K => {
-                let top = (block[256 + 64 * (t / 4) + 4 * lane + e] >> (2 * (t % 4))) & 3;
-                low4 | ((top as i32) << 4)
-            }
-            _ => low4,
+            _ if five_bits(p.scheme) => low4() | (mask_bit(256) << 4),
+            QuantScheme::Q6K => low4() | (plane(256) << 4),
+            QuantScheme::Q2K => plane(0),
+            QuantScheme::Q3K => plane(0) | (mask_bit(128) << 2),
+            _ => low4(),
         }
     }
 
     /// The header fields of row `row`'s super-block `u` in a K-quant repack: (f16 bytes of
-    /// `d`, of `dmin` (Q4_K), the sub-block scales).
+    /// `d`, of `dmin` (Q2_K, Q4_K, Q5_K), the sub-block scales).
     fn repacked_k_header(p: &Packed, row: usize, u: usize) -> ([u8; 2], [u8; 2], Vec<u8>) {
         let (g, lane) = (row / ROWS, row % ROWS);
         let header = &p.bytes()[g * group_bytes(p.scheme, p.k) + u * unit_bytes(p.scheme)..];
         let f16 = |at: usize| [header[at + 2 * lane], header[at + 2 * lane + 1]];
-        // Q4_K's 8 scales then 8 mins, Q6_K's 16 scales: 16 bytes apart.
-        let q6k = p.scheme == QuantScheme::Q6K;
-        let first = if q6k { 32 } else { 64 };
+        // Q4_K's 8 scales then 8 mins, the others' 16 sub-block bytes: 16 bytes apart.
+        let no_min = matches!(p.scheme, QuantScheme::Q3K | QuantScheme::Q6K);
+        let first = if no_min { 32 } else { 64 };
         let sc = (0..16).map(|j| header[first + 16 * j + lane]).collect();
-        (f16(0), if q6k { [0, 0] } else { f16(32) }, sc)
+        (f16(0), if no_min { [0, 0] } else { f16(32) }, sc)
     }
 
     /// The repacked copy holds every value and scale of the source, in runs on one thread
@@ -1098,16 +1230,23 @@ mod tests {
                     }
                     if is_k(scheme) {
                         let (d, dmin, sc) = repacked_k_header(&one, row, unit);
-                        let (want_sc, want_d): (Vec<u8>, _) = if scheme != QuantScheme::Q6K {
-                            let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
-                            (sc.iter().chain(&mn).copied().collect(), [src[0], src[1]])
-                        } else {
-                            (src[192..208].to_vec(), [src[208], src[209]])
+                        let (want_sc, want_d, want_dmin): (Vec<u8>, _, _) = match scheme {
+                            QuantScheme::Q2K => (src[..16].to_vec(), [src[80], src[81]], [src[82], src[83]]),
+                            QuantScheme::Q3K => {
+                                let sc = rlx_ir::quant::q3k_scales(&src[96..108]);
+                                (sc.iter().map(|&s| s as u8).collect(), [src[108], src[109]], [0, 0])
+                            }
+                            QuantScheme::Q6K => (src[192..208].to_vec(), [src[208], src[209]], [0, 0]),
+                            _ => {
+                                let (sc, mn) = rlx_ir::quant::k_scale_min(&src[4..16]);
+                                (sc.iter().chain(&mn).copied().collect(), [src[0], src[1]], [src[2], src[3]])
+                            }
                         };
-                        assert_eq!((d, sc), (want_d, want_sc), "{scheme:?} row {row} super-block {unit}: d, scales");
-                        if scheme != QuantScheme::Q6K {
-                            assert_eq!(dmin, [src[2], src[3]], "{scheme:?} row {row} super-block {unit}: dmin");
-                        }
+                        assert_eq!(
+                            (d, dmin, sc),
+                            (want_d, want_dmin, want_sc),
+                            "{scheme:?} row {row} super-block {unit}: d, dmin, scales"
+                        );
                         continue;
                     }
                     let block = &one.bytes()[(row / ROWS) * group_bytes(scheme, k) + unit * unit_bytes(scheme)..];

@@ -2,9 +2,10 @@
 //! weights unpacked once per call.
 //!
 //! Every supported scheme decodes to `w = sw * u + ow` per group of `G` values (32, or 16
-//! for Q6_K's sub-blocks), with `u` a small unsigned integer: Q4_0 `u = q`, `ow = -8 d`;
+//! for the sub-blocks of Q2_K, Q3_K and Q6_K), with `u` a small unsigned integer: Q4_0 `u = q`, `ow = -8 d`;
 //! Q4_1 / Q5_1 `ow = m`; Q5_0 `ow = -16 d`; Q8_0 `u = q + 128`, `ow = -128 d`; Q4_K / Q5_K
-//! `sw = d sc`, `ow = -dmin mn`; Q6_K `sw = d sc`, `ow = -32 d sc`. With an activation row
+//! `sw = d sc`, `ow = -dmin mn`; Q6_K `sw = d sc`, `ow = -32 d sc`; per 16 values Q2_K
+//! `sw = d sc`, `ow = -dmin mn`, Q3_K `u = q + 4`, `ow = -4 d sc`. With an activation row
 //! quantized as `x = da * q` per block of 32 (16-bit `q`), one output is
 //!
 //! `sum_g da_g (sw_g * sum_{k in g} u_k q_k + ow_g * sum_{k in g} q_k)`,
@@ -53,7 +54,7 @@ pub(super) fn group_size(scheme: QuantScheme) -> Option<usize> {
         | QuantScheme::Q8_0
         | QuantScheme::Q4K
         | QuantScheme::Q5K => Some(32),
-        QuantScheme::Q6K => Some(16),
+        QuantScheme::Q2K | QuantScheme::Q3K | QuantScheme::Q6K => Some(16),
         _ => None,
     }
 }
@@ -91,7 +92,7 @@ fn fifth_bits(qh: u32, u: &mut [u8]) {
 }
 
 /// Block `b`'s quants as unsigned bytes `u`, element order: Q4_0 / Q4_1 / Q5_0 / Q5_1 /
-/// Q4_K / Q5_K / Q6_K their stored values (offsets apart: see `unpack_block`), Q8_0 its
+/// Q2_K / Q3_K / Q4_K / Q5_K / Q6_K their stored values (offsets apart: see `unpack_block`), Q8_0 its
 /// signed values biased by +128. Shared with the row kernels of `quant_matmul`.
 #[inline(always)]
 pub(super) fn quants(scheme: QuantScheme, b: &[u8], u: &mut [u8]) {
@@ -140,6 +141,19 @@ pub(super) fn quants(scheme: QuantScheme, b: &[u8], u: &mut [u8]) {
                 }
             }
         }
+        QuantScheme::Q2K | QuantScheme::Q3K => {
+            // Value e = 128 h + 32 s + l: bits 2 s of byte 32 h + l; Q3_K's third bit is
+            // bit e / 32 of hmask[l].
+            let (qs, hmask) =
+                if scheme == QuantScheme::Q3K { (&b[32..96], Some(&b[0..32])) } else { (&b[16..80], None) };
+            for (e, u) in u[..256].iter_mut().enumerate() {
+                let (h, s, l) = (e / 128, (e / 32) % 4, e % 32);
+                *u = (qs[32 * h + l] >> (2 * s)) & 3;
+                if let Some(hmask) = hmask {
+                    *u |= ((hmask[l] >> (e / 32)) & 1) << 2;
+                }
+            }
+        }
         _ => unreachable!("quants: {scheme:?} has no unpacked form"),
     }
 }
@@ -166,6 +180,21 @@ fn unpack_block(scheme: QuantScheme, b: &[u8], u: &mut [u8], sw: &mut [f32], ow:
             let (sc, mn) = k_scale_min(&b[4..16]);
             for j in 0..8 {
                 (sw[j], ow[j]) = (d * sc[j] as f32, -dmin * mn[j] as f32);
+            }
+        }
+        QuantScheme::Q2K => {
+            // 16 sub-blocks, each a 4-bit scale (low nibble) and min (high).
+            let (d, dmin) = (f16_at(b, 80), f16_at(b, 82));
+            for (g, &s) in b[..16].iter().enumerate() {
+                (sw[g], ow[g]) = (d * (s & 0xF) as f32, -dmin * (s >> 4) as f32);
+            }
+        }
+        QuantScheme::Q3K => {
+            // 16 signed sub-block scales, quants stored as q + 4.
+            let d = f16_at(b, 108);
+            for (g, s) in rlx_ir::quant::q3k_scales(&b[96..108]).into_iter().enumerate() {
+                let scale = d * s as f32;
+                (sw[g], ow[g]) = (scale, -4.0 * scale);
             }
         }
         _ => {

@@ -3,10 +3,10 @@
 //! Paths, by the op's activations and the number of activation rows `m`:
 //! - **8-bit activations** (decode): each activation row is quantized once to 8 bits per
 //!   block of 32, then every weight row is an integer dot product per block, scaled in
-//!   f32. On AVX-512 VNNI or AVX2, Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
-//!   weights are read repacked 16 rows side by side (`q8_packed`); on the portable arm,
-//!   the row loops here; other schemes decode each weight block to f32 and dot it with
-//!   the quantized row.
+//!   f32. On AVX-512 VNNI or AVX2, Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K / Q3_K / Q4_K /
+//!   Q5_K / Q6_K weights are read repacked 16 rows side by side (`q8_packed`); on the
+//!   portable arm, the row loops here; other schemes (and Q2_K / Q3_K there) decode each
+//!   weight block to f32 and dot it with the quantized row.
 //! - **16-bit activations** (prompts): the integer GEMM of `quant_gemm` on AVX-512 VNNI;
 //!   elsewhere the rows are quantized, restored to f32 and take the f32 paths below.
 //! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
@@ -667,7 +667,7 @@ type DotFn = fn(QuantScheme, &[u8], &Q8Row, &mut [f32]);
 /// Whether `scheme` has an integer row kernel ([`dot_kernel`]); the others take
 /// [`rows_decoded`].
 fn has_integer_rows(scheme: QuantScheme) -> bool {
-    q8_packed::SCHEMES.contains(&scheme)
+    q8_packed::SCHEMES.contains(&scheme) && !matches!(scheme, QuantScheme::Q2K | QuantScheme::Q3K)
 }
 
 /// The dot products of weight rows with a q8 row, for a scheme with an integer row kernel
