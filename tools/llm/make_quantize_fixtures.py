@@ -12,7 +12,7 @@ llama-perplexity on RLX's file: llama.cpp must load it.
     $PY tools/llm/make_quantize_fixtures.py --bin "$(tools/llm/build_llama_cpp.sh)" \\
         --f32-model /tmp/smollm2_f32.gguf --text "$(tools/fetch_text.sh)" --rlx target/release/rlx
 
-About 2 minutes on 2 cores. Writes crates/rlx-models/tests/fixtures/quantize.json.
+About 4 minutes on 2 cores. Writes crates/rlx-models/tests/fixtures/quantize.json.
 """
 import argparse
 import json
@@ -22,7 +22,8 @@ import subprocess
 
 import gguf
 
-TYPES = {"q4_k": "Q4_K_M", "q8_0": "Q8_0", "q4_0": "Q4_0"}
+TYPES = {"q4_k": "Q4_K_M", "q8_0": "Q8_0", "q4_0": "Q4_0", "q5_1": "Q5_1", "q2_k": "Q2_K", "q3_k": "Q3_K_M",
+         "q5_k": "Q5_K_M"}
 CHUNKS = 8
 
 

@@ -185,14 +185,15 @@ enum Command {
         #[arg(long, default_value = "cpu")]
         device: String,
     },
-    /// Re-encode a GGUF model (F32, F16, BF16 or quantized) as q4_0, q4_1, q8_0, q4_k
-    /// (llama.cpp's Q4_K_M) or q6_k, keeping more precision where llama-quantize does.
+    /// Re-encode a GGUF model (F32, F16, BF16 or quantized) as q4_0, q4_1, q5_0, q5_1,
+    /// q8_0, q2_k, q3_k (llama.cpp's Q3_K_M), q4_k (Q4_K_M), q5_k (Q5_K_M) or q6_k, keeping
+    /// more precision where llama-quantize does.
     Quantize {
         /// The model to read.
         input: PathBuf,
         /// The file to write.
         output: PathBuf,
-        /// q4_0, q4_1, q8_0, q4_k or q6_k.
+        /// q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k.
         #[arg(long = "type", value_name = "TYPE")]
         kind: String,
     },

@@ -63,7 +63,12 @@ fn round_trip_error_within_the_scheme_bound() {
         QuantScheme::Q8_0,
         QuantScheme::Q4_0,
         QuantScheme::Q4_1,
+        QuantScheme::Q5_0,
+        QuantScheme::Q5_1,
+        QuantScheme::Q2K,
+        QuantScheme::Q3K,
         QuantScheme::Q4K,
+        QuantScheme::Q5K,
         QuantScheme::Q6K,
         QuantScheme::F16,
         QuantScheme::BF16,
@@ -79,7 +84,12 @@ fn round_trip_error_within_the_scheme_bound() {
             QuantScheme::Q8_0 => (32, 127.0, true),
             QuantScheme::Q4_0 => (32, 8.0, true),
             QuantScheme::Q4_1 => (32, 15.0, false),
+            QuantScheme::Q5_0 => (32, 16.0, true),
+            QuantScheme::Q5_1 => (32, 31.0, false),
+            QuantScheme::Q2K => (16, 3.0, false),
+            QuantScheme::Q3K => (16, 4.0, true),
             QuantScheme::Q4K => (32, 15.0, false),
+            QuantScheme::Q5K => (32, 31.0, false),
             QuantScheme::Q6K => (16, 31.0, true),
             _ => (1, f64::INFINITY, true),
         };
@@ -91,12 +101,12 @@ fn round_trip_error_within_the_scheme_bound() {
                 let (lo, hi) = xs.iter().fold((0f64, 0f64), |(a, b), &v| (a.min(v as f64), b.max(v as f64)));
                 hi - lo
             };
-            // K-quant steps are 6-bit multiples of a super-block scale: one more step of
-            // slack. Q4_0 maps the largest magnitude to -8, so the opposite extreme clips at
-            // +7: a full step.
+            // K-quant steps are 4- or 6-bit multiples of a super-block scale: one more
+            // step of slack. Q4_0 / Q5_0 map the largest magnitude to -8 / -16, so the
+            // opposite extreme clips at +7 / +15: a full step (Q3_K: both).
             let slack = match scheme {
-                QuantScheme::Q4K | QuantScheme::Q6K => 1.5,
-                QuantScheme::Q4_0 => 1.0,
+                QuantScheme::Q2K | QuantScheme::Q3K | QuantScheme::Q4K | QuantScheme::Q5K | QuantScheme::Q6K => 1.5,
+                QuantScheme::Q4_0 | QuantScheme::Q5_0 => 1.0,
                 _ => 0.5,
             };
             let half_format_ulp = match scheme {
@@ -119,5 +129,5 @@ fn bad_lengths_are_errors() {
     let e = dequantize(QuantScheme::Q4_1, &[0u8; 19], &mut out).unwrap_err();
     assert!(e.message().contains("Q4_1") && e.message().contains("19"), "{e}");
     assert!(quantize(QuantScheme::Q8_0, &[0.0; 31]).is_err());
-    assert!(quantize(QuantScheme::Q3K, &[0.0; 256]).unwrap_err().message().contains("Q3_K"));
+    assert!(quantize(QuantScheme::Q8K, &[0.0; 256]).unwrap_err().message().contains("Q8_K"));
 }

@@ -146,7 +146,10 @@ impl QuantScheme {
                 | QuantScheme::Q4_1
                 | QuantScheme::Q5_0
                 | QuantScheme::Q5_1
+                | QuantScheme::Q2K
+                | QuantScheme::Q3K
                 | QuantScheme::Q4K
+                | QuantScheme::Q5K
                 | QuantScheme::Q6K
         )
     }
@@ -376,33 +379,35 @@ fn quantize_block(scheme: QuantScheme, x: &[f32], out: &mut Vec<u8>) {
             out.extend_from_slice(&qh.to_le_bytes());
             out.extend((0..16).map(|j| ((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4)) as u8));
         }
-        QuantScheme::Q4K => quantize_q4k(x, out),
+        QuantScheme::Q2K => quantize_q2k(x, out),
+        QuantScheme::Q3K => quantize_q3k(x, out),
+        QuantScheme::Q4K => quantize_q4k(x, false, out),
+        QuantScheme::Q5K => quantize_q4k(x, true, out),
         QuantScheme::Q6K => quantize_q6k(x, out),
         _ => unreachable!("can_encode guards the schemes"),
     }
 }
 
-/// Q4_K: per 32-value sub-block an affine 4-bit grid whose scale and offset are 6-bit
-/// multiples of the super-block's f16 `d` and `dmin`.
-fn quantize_q4k(x: &[f32], out: &mut Vec<u8>) {
-    let mut scale = [0f32; 8];
+/// Q4_K (Q5_K with `five`): per 32-value sub-block an affine 4-bit (5-bit) grid whose
+/// scale and offset are 6-bit multiples of the super-block's f16 `d` and `dmin`.
+fn quantize_q4k(x: &[f32], five: bool, out: &mut Vec<u8>) {
+    let top = if five { 31.0 } else { 15.0 };
+    let mut max = [0f32; 8];
     let mut offset = [0f32; 8]; // -min >= 0
     for j in 0..8 {
         let sb = &x[j * 32..(j + 1) * 32];
-        let min = sb.iter().fold(0f32, |m, &v| m.min(v));
-        let max = sb.iter().fold(0f32, |m, &v| m.max(v));
-        scale[j] = (max - min) / 15.0;
-        offset[j] = -min;
+        offset[j] = -sb.iter().fold(0f32, |m, &v| m.min(v));
+        max[j] = sb.iter().fold(0f32, |m, &v| m.max(v));
     }
-    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 63.0).to_f32();
+    // The offsets rounded up to multiples of `dmin` (the grid still reaches each minimum),
+    // then each step sized from its rounded offset, so that the grid reaches the maximum
+    // too (from the unrounded offset it fell short by up to `dmin`: more than a step of
+    // Q5_K's grid beside an outlier).
     let dmin = f16::from_f32(offset.iter().fold(0f32, |m, &v| m.max(v)) / 63.0).to_f32();
-    let mut sc = [0u8; 8];
-    let mut mn = [0u8; 8];
-    for j in 0..8 {
-        // Round the offset up so the grid still reaches the sub-block's minimum.
-        sc[j] = if d > 0.0 { (scale[j] / d).ceil().min(63.0) as u8 } else { 0 };
-        mn[j] = if dmin > 0.0 { (offset[j] / dmin).ceil().min(63.0) as u8 } else { 0 };
-    }
+    let mn: [u8; 8] = std::array::from_fn(|j| if dmin > 0.0 { (offset[j] / dmin).ceil().min(63.0) as u8 } else { 0 });
+    let scale: [f32; 8] = std::array::from_fn(|j| (max[j] + dmin * mn[j] as f32) / top);
+    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 63.0).to_f32();
+    let sc: [u8; 8] = std::array::from_fn(|j| if d > 0.0 { (scale[j] / d).ceil().min(63.0) as u8 } else { 0 });
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
     out.extend_from_slice(&f16::from_f32(dmin).to_le_bytes());
     let mut packed = [0u8; 12];
@@ -417,14 +422,99 @@ fn quantize_q4k(x: &[f32], out: &mut Vec<u8>) {
         let (step, base) = (d * sc[j] as f32, dmin * mn[j] as f32);
         for l in 0..32 {
             let v = x[j * 32 + l];
-            q[j * 32 + l] = if step > 0.0 { ((v + base) / step).round().clamp(0.0, 15.0) as u8 } else { 0 };
+            q[j * 32 + l] = if step > 0.0 { ((v + base) / step).round().clamp(0.0, top) as u8 } else { 0 };
         }
+    }
+    if five {
+        // Bit j of qh[l] is value 32 j + l's fifth bit.
+        let mut qh = [0u8; 32];
+        for (e, &v) in q.iter().enumerate() {
+            qh[e % 32] |= (v >> 4) << (e / 32);
+        }
+        out.extend_from_slice(&qh);
     }
     for c in 0..4 {
         for l in 0..32 {
-            out.push(q[c * 64 + l] | (q[c * 64 + 32 + l] << 4));
+            out.push((q[c * 64 + l] & 0xF) | ((q[c * 64 + 32 + l] & 0xF) << 4));
         }
     }
+}
+
+/// Packs 2-bit values (`q[e] < 4`, a super-block of 256) as Q2_K and Q3_K store their low
+/// bits: value `e = 128 h + 32 s + l` at bits `2 s` of byte `32 h + l`.
+fn pack_2bit(q: &[u8; 256]) -> [u8; 64] {
+    let mut qs = [0u8; 64];
+    for (e, &v) in q.iter().enumerate() {
+        qs[32 * (e / 128) + e % 32] |= (v & 3) << (2 * ((e / 32) % 4));
+    }
+    qs
+}
+
+/// Q2_K: per 16-value sub-block an affine 2-bit grid whose scale and offset are 4-bit
+/// multiples of the super-block's f16 `d` and `dmin`; each step is chosen after its
+/// offset is rounded, so the grid still reaches the sub-block's maximum.
+fn quantize_q2k(x: &[f32], out: &mut Vec<u8>) {
+    let mut offset = [0f32; 16]; // -min >= 0
+    let mut max = [0f32; 16];
+    for j in 0..16 {
+        let sb = &x[j * 16..(j + 1) * 16];
+        offset[j] = -sb.iter().fold(0f32, |m, &v| m.min(v));
+        max[j] = sb.iter().fold(0f32, |m, &v| m.max(v));
+    }
+    let dmin = f16::from_f32(offset.iter().fold(0f32, |m, &v| m.max(v)) / 15.0).to_f32();
+    let mn: Vec<u8> = offset.iter().map(|&o| if dmin > 0.0 { (o / dmin).ceil().min(15.0) as u8 } else { 0 }).collect();
+    let base: Vec<f32> = mn.iter().map(|&m| dmin * m as f32).collect();
+    let scale: Vec<f32> = (0..16).map(|j| (max[j] + base[j]) / 3.0).collect();
+    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 15.0).to_f32();
+    let sc: Vec<u8> = scale.iter().map(|&s| if d > 0.0 { (s / d).ceil().min(15.0) as u8 } else { 0 }).collect();
+    let mut q = [0u8; 256];
+    for (e, qv) in q.iter_mut().enumerate() {
+        let step = d * sc[e / 16] as f32;
+        *qv = if step > 0.0 { ((x[e] + base[e / 16]) / step).round().clamp(0.0, 3.0) as u8 } else { 0 };
+    }
+    out.extend((0..16).map(|j| sc[j] | (mn[j] << 4)));
+    out.extend_from_slice(&pack_2bit(&q));
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+    out.extend_from_slice(&f16::from_f32(dmin).to_le_bytes());
+}
+
+/// Q3_K: per 16-value sub-block a symmetric 3-bit grid ([-4, 3]) whose value of largest
+/// magnitude maps to -4, its scale a signed 6-bit multiple ([-32, 31]) of the
+/// super-block's f16 `d`, rounded away from zero so the grid still reaches it.
+fn quantize_q3k(x: &[f32], out: &mut Vec<u8>) {
+    let mut scale = [0f32; 16];
+    for (j, s) in scale.iter_mut().enumerate() {
+        let max = x[j * 16..(j + 1) * 16].iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        *s = max / -4.0;
+    }
+    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v.abs())) / 32.0).to_f32();
+    let sc: Vec<i32> = scale
+        .iter()
+        .map(|&s| if d > 0.0 { ((s / d).abs().ceil().copysign(s / d) as i32).clamp(-32, 31) } else { 0 })
+        .collect();
+    let mut q = [0u8; 256];
+    for (e, qv) in q.iter_mut().enumerate() {
+        let step = d * sc[e / 16] as f32;
+        let v = if step != 0.0 { (x[e] / step).round().clamp(-4.0, 3.0) as i32 } else { 0 };
+        *qv = (v + 4) as u8;
+    }
+    // hmask: bit e / 32 of byte e % 32 is value e's third bit.
+    let mut hmask = [0u8; 32];
+    for (e, &v) in q.iter().enumerate() {
+        hmask[e % 32] |= (v >> 2) << (e / 32);
+    }
+    out.extend_from_slice(&hmask);
+    out.extend_from_slice(&pack_2bit(&q));
+    // Scale i + 32 (6 bits): its low 4 bits in byte i % 8 at bit 4 (i / 8), its high 2
+    // in byte 8 + i % 4 at bit 2 (i / 4) (`q3k_scales` reads them back).
+    let mut packed = [0u8; 12];
+    for (i, &s) in sc.iter().enumerate() {
+        let v = (s + 32) as u8;
+        packed[i % 8] |= (v & 0xF) << (4 * (i / 8));
+        packed[8 + i % 4] |= (v >> 4) << (2 * (i / 4));
+    }
+    out.extend_from_slice(&packed);
+    out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
 }
 
 /// Q6_K: per 16-value sub-block a symmetric 6-bit grid ([-32, 31]) whose scale is an i8

@@ -5,10 +5,14 @@
 //!   keep their type and bytes;
 //! - the output head (`output.weight`, or `token_embd.weight` when the embedding is tied)
 //!   is Q6_K, or Q8_0 when the type is Q8_0 or the rows do not split into its blocks;
-//! - `q4_k` is llama.cpp's Q4_K_M: `attn_v` and `ffn_down` of the layers `use_more_bits`
-//!   picks (the first and last eighth, every third between) are Q6_K;
+//! - `q4_k` and `q5_k` are llama.cpp's Q4_K_M and Q5_K_M: `attn_v` and `ffn_down` of the
+//!   layers `use_more_bits` picks (the first and last eighth, every third between) are Q6_K;
+//! - `q3_k` is Q3_K_M: `attn_v` Q5_K in the first two layers and Q4_K after, `ffn_down`
+//!   Q5_K in the first sixteenth of the layers and Q4_K after, `attn_output` Q4_K;
+//! - `q2_k`: `attn_v` Q4_K when 4 or more query heads share a KV head and Q3_K otherwise,
+//!   `ffn_down` and `attn_output` Q3_K;
 //! - a row length that does not split into a type's blocks falls back as llama.cpp's does
-//!   (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16).
+//!   (Q2_K / Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16).
 //!
 //! Sources may be F32, F16, BF16 or already quantized (decoded to f32 first: quality is
 //! then bounded by the source).
@@ -23,9 +27,17 @@ use std::io::Write;
 pub enum QuantType {
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
+    /// llama.cpp's Q2_K.
+    Q2K,
+    /// llama.cpp's Q3_K_M.
+    Q3K,
     /// llama.cpp's Q4_K_M.
     Q4K,
+    /// llama.cpp's Q5_K_M.
+    Q5K,
     Q6K,
 }
 
@@ -34,12 +46,18 @@ impl QuantType {
         Ok(match name.to_ascii_lowercase().as_str() {
             "q4_0" => QuantType::Q4_0,
             "q4_1" => QuantType::Q4_1,
+            "q5_0" => QuantType::Q5_0,
+            "q5_1" => QuantType::Q5_1,
             "q8_0" => QuantType::Q8_0,
+            "q2_k" => QuantType::Q2K,
+            "q3_k" | "q3_k_m" => QuantType::Q3K,
             "q4_k" | "q4_k_m" => QuantType::Q4K,
+            "q5_k" | "q5_k_m" => QuantType::Q5K,
             "q6_k" => QuantType::Q6K,
             _ => {
                 return Err(Error::input(format!(
-                    "quantization type '{}': implemented are q4_0, q4_1, q8_0, q4_k (= q4_k_m), q6_k",
+                    "quantization type '{}': implemented are q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k (= q3_k_m), \
+                     q4_k (= q4_k_m), q5_k (= q5_k_m), q6_k",
                     name.escape_debug()
                 )));
             }
@@ -51,8 +69,13 @@ impl QuantType {
         match self {
             QuantType::Q4_0 => QuantScheme::Q4_0,
             QuantType::Q4_1 => QuantScheme::Q4_1,
+            QuantType::Q5_0 => QuantScheme::Q5_0,
+            QuantType::Q5_1 => QuantScheme::Q5_1,
             QuantType::Q8_0 => QuantScheme::Q8_0,
+            QuantType::Q2K => QuantScheme::Q2K,
+            QuantType::Q3K => QuantScheme::Q3K,
             QuantType::Q4K => QuantScheme::Q4K,
+            QuantType::Q5K => QuantScheme::Q5K,
             QuantType::Q6K => QuantScheme::Q6K,
         }
     }
@@ -63,7 +86,12 @@ impl QuantType {
             QuantType::Q4_0 => 2,
             QuantType::Q4_1 => 3,
             QuantType::Q8_0 => 7,
+            QuantType::Q5_0 => 8,
+            QuantType::Q5_1 => 9,
+            QuantType::Q2K => 10,
+            QuantType::Q3K => 12,
             QuantType::Q4K => 15,
+            QuantType::Q5K => 17,
             QuantType::Q6K => 18,
         }
     }
@@ -83,6 +111,7 @@ fn fit(scheme: QuantScheme, cols: u64) -> QuantScheme {
         return scheme;
     }
     let fallback = match scheme {
+        QuantScheme::Q2K | QuantScheme::Q3K => QuantScheme::Q4_0,
         QuantScheme::Q4K => QuantScheme::Q5_0,
         QuantScheme::Q5K => QuantScheme::Q5_1,
         QuantScheme::Q6K => QuantScheme::Q8_0,
@@ -96,26 +125,57 @@ fn layer(name: &str) -> Option<usize> {
     name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|l| l.parse().ok())
 }
 
-/// The type of tensor `t` in a file quantized to `to` (`None`: kept as it is); `n_wv` is
-/// the number of `attn_v` tensors (llama.cpp counts them in layer order, so a tensor's
-/// index among them is its layer).
-fn choose(t: &TensorInfo, to: QuantType, tied: bool, n_layer: usize, n_wv: usize) -> Option<QuantScheme> {
+/// What [`choose`] reads of the model: whether the head is the embedding, the layer
+/// count, the number of `attn_v` tensors (llama.cpp counts them in layer order, so a
+/// tensor's index among them is its layer) and the query heads per KV head.
+#[derive(Clone, Copy)]
+struct Shape {
+    tied: bool,
+    n_layer: usize,
+    n_wv: usize,
+    n_gqa: usize,
+}
+
+/// The type of tensor `t` in a file quantized to `to` (`None`: kept as it is), as
+/// llama.cpp's `llama_tensor_get_type` picks it for these types.
+fn choose(t: &TensorInfo, to: QuantType, shape: &Shape) -> Option<QuantScheme> {
     let name = t.name.as_str();
     if t.dims.len() < 2 || !name.ends_with("weight") || name.contains("_norm.weight") {
         return None;
     }
     let cols = t.dims[0];
     let base = to.default_scheme();
+    let Shape { tied, n_layer, n_wv, n_gqa } = *shape;
+    let more_bits = |n: usize| layer(name).is_some_and(|l| use_more_bits(l, n));
     let scheme = if name == "output.weight" || (tied && name == "token_embd.weight") {
         if !cols.is_multiple_of(base.block_size() as u64) || to == QuantType::Q8_0 {
             QuantScheme::Q8_0
         } else {
             QuantScheme::Q6K
         }
-    } else if to == QuantType::Q4K && name.contains("attn_v.weight") {
-        if layer(name).is_some_and(|l| use_more_bits(l, n_wv)) { QuantScheme::Q6K } else { base }
-    } else if to == QuantType::Q4K && name.contains("ffn_down") {
-        if layer(name).is_some_and(|l| use_more_bits(l, n_layer)) { QuantScheme::Q6K } else { base }
+    } else if name.contains("attn_v.weight") {
+        match to {
+            QuantType::Q2K if n_gqa >= 4 => QuantScheme::Q4K,
+            QuantType::Q2K => QuantScheme::Q3K,
+            QuantType::Q3K if layer(name).is_some_and(|l| l < 2) => QuantScheme::Q5K,
+            QuantType::Q3K => QuantScheme::Q4K,
+            QuantType::Q4K | QuantType::Q5K if more_bits(n_wv) => QuantScheme::Q6K,
+            _ => base,
+        }
+    } else if name.contains("ffn_down") {
+        match to {
+            QuantType::Q2K => QuantScheme::Q3K,
+            QuantType::Q3K if layer(name).is_some_and(|l| l < n_layer / 16) => QuantScheme::Q5K,
+            QuantType::Q3K => QuantScheme::Q4K,
+            QuantType::Q4K | QuantType::Q5K if more_bits(n_layer) => QuantScheme::Q6K,
+            _ => base,
+        }
+    } else if name.contains("attn_output.weight") {
+        match to {
+            QuantType::Q2K => QuantScheme::Q3K,
+            QuantType::Q3K => QuantScheme::Q4K,
+            _ => base,
+        }
     } else {
         base
     };
@@ -150,6 +210,11 @@ pub fn quantize<W: Write>(
     let n_layer = gguf.get(&format!("{arch}.block_count")).and_then(Value::as_u64).ok_or_else(|| {
         Error::parse(format!("gguf: missing '{arch}.block_count' (needed to pick layers for more bits)"))
     })? as usize;
+    let head_count = |key: &str| gguf.get(&format!("{arch}.attention.{key}")).and_then(Value::as_u64);
+    let n_gqa = match (head_count("head_count"), head_count("head_count_kv")) {
+        (Some(q), Some(kv)) if kv > 0 => (q / kv) as usize,
+        _ => 1,
+    };
     let tied = gguf.tensor("output.weight").is_none();
     let mut metadata: Vec<(String, Value)> = gguf
         .metadata
@@ -160,9 +225,10 @@ pub fn quantize<W: Write>(
     metadata.push(("general.quantization_version".into(), Value::U32(2)));
     metadata.push(("general.file_type".into(), Value::U32(to.file_type())));
     let n_wv = gguf.tensors.iter().filter(|t| t.name.contains("attn_v.weight")).count();
+    let shape = Shape { tied, n_layer, n_wv, n_gqa };
     // Each tensor's new type (None: kept as it is).
     let plan: Vec<Option<QuantScheme>> =
-        gguf.tensors.iter().map(|t| choose(t, to, tied, n_layer, n_wv).filter(|&s| s != t.scheme)).collect();
+        gguf.tensors.iter().map(|t| choose(t, to, &shape).filter(|&s| s != t.scheme)).collect();
     let headers: Vec<TensorHeader> = gguf
         .tensors
         .iter()

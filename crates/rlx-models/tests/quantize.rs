@@ -1,7 +1,8 @@
 //! `quantize` against llama.cpp's `llama-quantize` on an all-F32 copy of SmolLM2
 //! (fixtures/quantize.json, made by tools/llm/make_quantize_fixtures.py): the same type
-//! for every tensor, and at q4_k (Q4_K_M) a perplexity on Botchan within 3% of
-//! llama.cpp's for its own file (the fixture also records llama.cpp loading RLX's file).
+//! for every tensor, and at each K-quant mixture (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M) a
+//! perplexity on Botchan within 3% of llama.cpp's for its own file (the fixture also
+//! records llama.cpp loading RLX's file).
 
 mod common;
 
@@ -46,15 +47,20 @@ fn quantize_matches_llama_quantize() {
         assert!(report.bytes_out < report.bytes_in / 3, "{kind}: {report:?}");
         // llama.cpp's llama_ftype numbers.
         let file_type = match kind.as_str() {
-            "q4_k" => 15,
+            "q4_0" => 2,
             "q8_0" => 7,
-            _ => 2,
+            "q5_1" => 9,
+            "q2_k" => 10,
+            "q3_k" => 12,
+            "q4_k" => 15,
+            "q5_k" => 17,
+            _ => panic!("{kind}: no file type known"),
         };
         assert_eq!(q.get("general.file_type").and_then(Value::as_u64), Some(file_type), "{kind}");
-        if kind != "q4_k" {
+        if !kind.ends_with("_k") {
             continue;
         }
-        // The model runs, and is as good as llama.cpp's own Q4_K_M.
+        // The model runs, and is as good as llama.cpp's own file of the K-quant mixture.
         let ctx = fx["n_ctx"].as_u64().unwrap() as usize;
         let mut llama = Llama::from_gguf(q, &LlamaOptions { context: ctx, ..LlamaOptions::default() }).unwrap();
         let mut text = String::from_utf8(std::fs::read(&text).unwrap()).unwrap();
