@@ -5,12 +5,16 @@ From an all-F32 copy of SmolLM2-135M-Instruct (make_f32_gguf.py of the Q4_1 file
 each type: `llama-quantize F32 OUT TYPE`, the tensor types it chose (read with the gguf
 package), and `llama-perplexity -c 512 -b 512 --chunks 8` of its file on Botchan
 (tools/fetch_text.sh). With --rlx, also `rlx quantize` of the same copy, and
-llama-perplexity on RLX's file: llama.cpp must load it.
+llama-perplexity on RLX's file: llama.cpp must load it. With --rlx and --gemma (the
+Gemma 3 270M Q4_K_M file of tools/fetch_model.sh gemma3), `rlx quantize` of it to q2_k
+(its ffn_down and attn_output Q3_K: the 2- and 3-bit kernels in a real model) and
+llama-perplexity of that file, which RLX's perplexity of the same bytes must match.
 
     PY=~/.cache/rlx/llama.cpp/venv/bin/python   # numpy + gguf
     $PY tools/llm/make_f32_gguf.py --model ~/.cache/rlx/SmolLM2-135M-Instruct.Q4_1.gguf --out /tmp/smollm2_f32.gguf
     $PY tools/llm/make_quantize_fixtures.py --bin "$(tools/llm/build_llama_cpp.sh)" \\
-        --f32-model /tmp/smollm2_f32.gguf --text "$(tools/fetch_text.sh)" --rlx target/release/rlx
+        --f32-model /tmp/smollm2_f32.gguf --text "$(tools/fetch_text.sh)" --rlx target/release/rlx \\
+        --gemma ~/.cache/rlx/gemma-3-270m-q4_k_m.gguf
 
 About 4 minutes on 2 cores. Writes crates/rlx-models/tests/fixtures/quantize.json.
 """
@@ -45,6 +49,7 @@ def main():
     ap.add_argument("--f32-model", required=True)
     ap.add_argument("--text", required=True)
     ap.add_argument("--rlx")
+    ap.add_argument("--gemma")
     args = ap.parse_args()
     out = {"source": "all-F32 copy of SmolLM2-135M-Instruct.Q4_1.gguf (make_f32_gguf.py)",
            "text": os.path.basename(args.text), "n_ctx": 512, "chunks": CHUNKS, "types": {}}
@@ -61,6 +66,13 @@ def main():
             entry["llama_cpp_ppl_of_rlx_file"] = perplexity(args.bin, mine, args.text)
         out["types"][ours] = entry
         print(ours, entry["llama_cpp_ppl"], entry.get("llama_cpp_ppl_of_rlx_file"))
+    if args.rlx and args.gemma:
+        mine = "/tmp/quantize_rlx_gemma_q2_k.gguf"
+        subprocess.run([args.rlx, "quantize", args.gemma, mine, "--type", "q2_k"], check=True, capture_output=True)
+        out["gemma_q2_k"] = {"source": os.path.basename(args.gemma), "type": "q2_k",
+                             "tensor_types": tensor_types(mine),
+                             "llama_cpp_ppl_of_rlx_file": perplexity(args.bin, mine, args.text)}
+        print("gemma q2_k", out["gemma_q2_k"]["llama_cpp_ppl_of_rlx_file"])
     with open("crates/rlx-models/tests/fixtures/quantize.json", "w") as f:
         json.dump(out, f, indent=1)
 
