@@ -226,7 +226,7 @@ fn q8_activations_are_not_the_f32_product() {
 fn nan_propagates_and_zero_rows_stay_zero() {
     let mut rng = Rng::new(5);
     let (k, n) = (64, 3);
-    for s in [QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q4_0, QuantScheme::Q6K] {
+    for s in REPACKED {
         let k = k.max(s.block_size());
         let w = random_weights(&mut rng, s, n, k);
         let plan = |act| QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, act, 1);
