@@ -186,6 +186,17 @@ fn tensor<'a>(g: &'a Gguf, name: &str) -> Result<&'a TensorInfo> {
     })
 }
 
+/// The activations of a product with weights in `scheme` in a step whose products take
+/// `step`'s: float weights (F32, F16, BF16) keep f32 activations, as llama.cpp gives them
+/// their own type: 8-bit rows against them gained no speed (no integer dot of a float
+/// weight) and lost precision.
+fn activations_for(scheme: QuantScheme, step: ActivationQuant) -> ActivationQuant {
+    match scheme {
+        QuantScheme::F32 | QuantScheme::F16 | QuantScheme::BF16 => ActivationQuant::F32,
+        _ => step,
+    }
+}
+
 /// A projection's info after checking its shape; `keys` says which metadata the
 /// expected `[rows, cols]` comes from, so a mismatch names both sides.
 fn weight_info(t: &TensorInfo, rows: usize, cols: usize, keys: &str) -> Result<WeightInfo> {
@@ -429,7 +440,7 @@ impl Llama {
             let (info, _) = &self.weights[name];
             let row_bytes = info.scheme.row_bytes(info.cols)?;
             let w = g.param(name, DType::U8, &[info.rows, row_bytes])?;
-            g.dequant_matmul(x, w, info.scheme, activations)
+            g.dequant_matmul(x, w, info.scheme, activations_for(info.scheme, activations))
         };
         let heads = |g: &mut Graph, x: NodeId, count: usize| -> Result<NodeId> {
             let x = g.reshape(x, &[1, n, count, hd])?;

@@ -134,6 +134,11 @@ fn long_rows_and_tiles_match_the_oracle() {
     check(QuantScheme::Q3K, 3, 2048, 35, ActivationQuant::Q8, 15);
     check(QuantScheme::Q2K, 9, 1024, 21, ActivationQuant::Q8, 16);
     check(QuantScheme::Q3K, 40, 2048, 50, ActivationQuant::Q16, 17);
+    // Float weights, one activation row (the GEMV by runs of 32), with a tail.
+    for (i, s) in [QuantScheme::F32, QuantScheme::F16, QuantScheme::BF16].into_iter().enumerate() {
+        check(s, 1, 577, 19, ActivationQuant::F32, 18 + i as u64);
+        check(s, 3, 45, 5, ActivationQuant::F32, 21 + i as u64);
+    }
     check(QuantScheme::Q5_0, 6, 640, 33, ActivationQuant::F32, 11);
     check(QuantScheme::Q6K, 12, 2048, 20, ActivationQuant::F32, 12);
 }
@@ -475,8 +480,11 @@ fn every_arm_quantizes_activations_to_16_bits_alike() {
 #[test]
 fn one_f32_row_has_the_same_bits_on_every_arm() {
     let mut rng = Rng::new(77);
-    for s in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0] {
-        for (k, n) in [(32, 1), (96, 3), (640, 17), (64, 1000)] {
+    // The float schemes at lengths with a tail past the runs of 32 too.
+    let floats = [QuantScheme::F32, QuantScheme::F16, QuantScheme::BF16];
+    for s in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0].into_iter().chain(floats) {
+        let tails = if floats.contains(&s) { [(1, 5), (45, 3), (577, 17)].as_slice() } else { &[] };
+        for &(k, n) in [(32, 1), (96, 3), (640, 17), (64, 1000)].iter().chain(tails) {
             let w = random_weights(&mut rng, s, n, k);
             let mut x: Vec<f32> = (0..k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
             x[k / 2] = 1e-40; // a denormal activation

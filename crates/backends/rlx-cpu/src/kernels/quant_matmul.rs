@@ -875,8 +875,12 @@ multiversion! {
                 let mut acc = [[0f32; 16]; ROWS_PASS];
                 for (r, run) in row.chunks(blocks_per_run * bb).enumerate() {
                     let n = run.len() / bb * bs;
-                    for (block, v) in run.chunks_exact(bb).zip(values.chunks_exact_mut(bs)) {
-                        dequantize_block(scheme, block, v);
+                    if is_float(scheme) {
+                        decode_floats(scheme, run, &mut values[..n]);
+                    } else {
+                        for (block, v) in run.chunks_exact(bb).zip(values.chunks_exact_mut(bs)) {
+                            dequantize_block(scheme, block, v);
+                        }
                     }
                     let first = r * blocks_per_run * bs;
                     for (a, acc) in acts.iter().zip(acc.iter_mut()) {
@@ -1175,6 +1179,62 @@ mod x86 {
         }
     }
 
+    /// [`gemv_f32`]'s float-scheme rows (F32, F16, BF16) against one activation row, with
+    /// its bits: per run of 32 values two vectors of lane sums (`lane += w * x`, a
+    /// multiply then an add), the tail's lanes as the generic loop adds them, each row's 32
+    /// lanes summed in order. The generic loop stored each decoded run and read it back,
+    /// and ran an F16 SmolLM2 at a fifth of llama.cpp's decode rate.
+    ///
+    /// # Safety
+    /// The host has AVX-512 F/BW/VL/DQ and F16C; `rows` holds whole rows of `k` values,
+    /// `x` `k` values.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+    pub unsafe fn gemv_float_row_avx512(scheme: QuantScheme, k: usize, rows: &[u8], x: &[f32], out: &mut [f32]) {
+        let bb = scheme.block_bytes();
+        let rb = k * bb;
+        assert!(rows.len() >= out.len() * rb && x.len() >= k);
+        let whole = k / 32;
+        // SAFETY (whole body): loads stay within a row's `rb` bytes and `x`'s k values.
+        unsafe {
+            for (r, o) in out.iter_mut().enumerate() {
+                let row = rows.as_ptr().add(r * rb);
+                let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+                for c in 0..whole {
+                    let at = row.add(c * 32 * bb);
+                    let (w0, w1) = match scheme {
+                        QuantScheme::F32 => (_mm512_loadu_ps(at.cast()), _mm512_loadu_ps(at.add(64).cast())),
+                        QuantScheme::F16 => (
+                            _mm512_cvtph_ps(_mm256_loadu_si256(at.cast())),
+                            _mm512_cvtph_ps(_mm256_loadu_si256(at.add(32).cast())),
+                        ),
+                        _ => {
+                            // BF16: the bits widened to the f32's high half. (No closure: it
+                            // would not inherit the target features.)
+                            let (b0, b1) = (_mm256_loadu_si256(at.cast()), _mm256_loadu_si256(at.add(32).cast()));
+                            (
+                                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b0))),
+                                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(b1))),
+                            )
+                        }
+                    };
+                    let xs = x.as_ptr().add(c * 32);
+                    lo = _mm512_add_ps(lo, _mm512_mul_ps(w0, _mm512_loadu_ps(xs)));
+                    hi = _mm512_add_ps(hi, _mm512_mul_ps(w1, _mm512_loadu_ps(xs.add(16))));
+                }
+                let mut lanes = [0f32; 32];
+                _mm512_storeu_ps(lanes.as_mut_ptr(), lo);
+                _mm512_storeu_ps(lanes.as_mut_ptr().add(16), hi);
+                let tail = std::slice::from_raw_parts(row.add(whole * 32 * bb), (k - whole * 32) * bb);
+                let mut w = [0f32; 32];
+                super::decode_floats(scheme, tail, &mut w);
+                for (l, (lane, &w)) in lanes.iter_mut().zip(&w[..k - whole * 32]).enumerate() {
+                    *lane += w * x[whole * 32 + l];
+                }
+                *o = lanes.iter().sum();
+            }
+        }
+    }
+
     /// [`gemv_row_avx512`] for `R` rows, one after another in address order; their lane
     /// sums (each a chain of 31 dependent adds, in lane order) run side by side.
     #[inline(always)]
@@ -1426,6 +1486,28 @@ fn gemv_rows_const<const M: usize>(scheme: QuantScheme, k: usize, rows: &[u8], x
     let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
     let rb = k / bs * bb;
     let mut buf = [0f32; 256];
+    if is_float(scheme) {
+        // Runs of 32 values decoded at once into the 32 lanes (value by value, each a
+        // block of its own, a row was one chain of dependent adds: an F16 SmolLM2
+        // decoded 3 tokens a second).
+        for (o, row) in out.chunks_exact_mut(M).zip(rows.chunks_exact(rb.max(1))) {
+            let mut lanes = [[0f32; 32]; M];
+            for (c, run) in row.chunks(32 * bb).enumerate() {
+                let w = &mut buf[..run.len() / bb];
+                decode_floats(scheme, run, w);
+                for (i, lanes) in lanes.iter_mut().enumerate() {
+                    let xs = &x[i * k + c * 32..][..w.len()];
+                    for ((lane, &w), &xv) in lanes.iter_mut().zip(w.iter()).zip(xs) {
+                        *lane += w * xv;
+                    }
+                }
+            }
+            for (o, lanes) in o.iter_mut().zip(&lanes) {
+                *o = lanes.iter().sum();
+            }
+        }
+        return;
+    }
     for (o, row) in out.chunks_exact_mut(M).zip(rows.chunks_exact(rb)) {
         let mut lanes = [[0f32; 32]; M];
         for (c, wb) in row.chunks_exact(bb).enumerate() {
@@ -1471,6 +1553,34 @@ fn gemv_rows_const<const M: usize>(scheme: QuantScheme, k: usize, rows: &[u8], x
         }
         for (o, lanes) in o.iter_mut().zip(&lanes) {
             *o = lanes.iter().sum();
+        }
+    }
+}
+
+/// Whether `scheme` stores plain floats (one value a block).
+fn is_float(scheme: QuantScheme) -> bool {
+    matches!(scheme, QuantScheme::F32 | QuantScheme::F16 | QuantScheme::BF16)
+}
+
+/// The values of a float scheme in `bytes`, each as `dequantize_block` decodes it, in a
+/// loop that vectorizes where it is inlined.
+#[inline(always)]
+fn decode_floats(scheme: QuantScheme, bytes: &[u8], out: &mut [f32]) {
+    match scheme {
+        QuantScheme::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        QuantScheme::F16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = rlx_ir::f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]));
+            }
+        }
+        _ => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
         }
     }
 }
@@ -1529,6 +1639,13 @@ fn gemv_rows(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
             unsafe { x86::gemv_row_avx512(p.scheme, p.k, &w[first * rb..][..o.len() * rb], x, o) }
         });
     }
+    #[cfg(target_arch = "x86_64")]
+    if m == 1 && is_float(p.scheme) && arm >= Arm::Avx512 && features().has_avx512() && features().f16c {
+        return by_weight_rows(p, out, 0, |first, o, _| {
+            // SAFETY: AVX-512 F/BW/VL/DQ and F16C were just checked; the rows are whole.
+            unsafe { x86::gemv_float_row_avx512(p.scheme, p.k, &w[first * rb..][..o.len() * rb], x, o) }
+        });
+    }
     by_weight_rows(p, out, 0, |first, o, _| {
         gemv_f32(arm, p.scheme, p.k, m, &w[first * rb..][..o.len() / m * rb], x, o)
     });
@@ -1570,6 +1687,9 @@ fn by_weight_rows(
 multiversion! {
     /// Decodes whole weight rows into f32 rows of `k`.
     fn decode_rows(scheme: QuantScheme, k: usize, rows: &[u8], out: &mut [f32]) {
+        if is_float(scheme) {
+            return decode_floats(scheme, rows, out);
+        }
         let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
         for (wb, o) in rows.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
             decode_block(scheme, wb, o);
