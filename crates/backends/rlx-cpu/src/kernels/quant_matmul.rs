@@ -10,7 +10,7 @@
 //! - **16-bit activations** (prompts): the integer GEMM of `quant_gemm` on AVX-512 VNNI;
 //!   elsewhere the rows are quantized, restored to f32 and take the f32 paths below.
 //! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
-//!   dotted with every row.
+//!   dotted with every row; float weights (F32, F16, BF16) by runs of 32 values.
 //! - **direct tiles** (`8 < m <= 128`, f32 activations, AVX2 and AVX-512): `DOT_TILE` weight rows
 //!   decoded to f32 at a time and dotted with every activation row in register tiles,
 //!   nothing packed (a short prompt no longer pays the GEMM's packing of every weight).
