@@ -134,6 +134,11 @@ impl QuantScheme {
         Ok(k / self.block_size() * self.block_bytes())
     }
 
+    /// Whether values are stored as plain floats (F32, F16, BF16: one value a block).
+    pub fn is_float(self) -> bool {
+        matches!(self, QuantScheme::F32 | QuantScheme::F16 | QuantScheme::BF16)
+    }
+
     /// Schemes `quantize` can encode.
     pub fn can_encode(self) -> bool {
         matches!(
@@ -388,26 +393,35 @@ fn quantize_block(scheme: QuantScheme, x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
+/// An affine K-quant super-block of 256 values in `S` sub-blocks: per sub-block an
+/// offset (`-min`, rounded up to a multiple `mn` of the super-block's f16 `dmin`, so the
+/// grid still reaches the minimum), then a step sized from that rounded offset (a multiple
+/// `sc` of the f16 `d`, rounded up), so the grid reaches the maximum too (from the
+/// unrounded offset it fell short by up to `dmin`: more than a step of Q5_K's grid beside
+/// an outlier). `sc` and `mn` go up to `codes`, the values `q` up to `top`. Returns
+/// `(d, dmin, sc, mn)`.
+fn affine_k<const S: usize>(x: &[f32], top: f32, codes: f32, q: &mut [u8; 256]) -> (f32, f32, [u8; S], [u8; S]) {
+    let group = 256 / S;
+    let sub = |j: usize| &x[j * group..(j + 1) * group];
+    let offset: [f32; S] = std::array::from_fn(|j| -sub(j).iter().fold(0f32, |m, &v| m.min(v)));
+    let max: [f32; S] = std::array::from_fn(|j| sub(j).iter().fold(0f32, |m, &v| m.max(v)));
+    let dmin = f16::from_f32(offset.iter().fold(0f32, |m, &v| m.max(v)) / codes).to_f32();
+    let mn: [u8; S] = std::array::from_fn(|j| if dmin > 0.0 { (offset[j] / dmin).ceil().min(codes) as u8 } else { 0 });
+    let scale: [f32; S] = std::array::from_fn(|j| (max[j] + dmin * mn[j] as f32) / top);
+    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / codes).to_f32();
+    let sc: [u8; S] = std::array::from_fn(|j| if d > 0.0 { (scale[j] / d).ceil().min(codes) as u8 } else { 0 });
+    for (e, qv) in q.iter_mut().enumerate() {
+        let (step, base) = (d * sc[e / group] as f32, dmin * mn[e / group] as f32);
+        *qv = if step > 0.0 { ((x[e] + base) / step).round().clamp(0.0, top) as u8 } else { 0 };
+    }
+    (d, dmin, sc, mn)
+}
+
 /// Q4_K (Q5_K with `five`): per 32-value sub-block an affine 4-bit (5-bit) grid whose
 /// scale and offset are 6-bit multiples of the super-block's f16 `d` and `dmin`.
 fn quantize_q4k(x: &[f32], five: bool, out: &mut Vec<u8>) {
-    let top = if five { 31.0 } else { 15.0 };
-    let mut max = [0f32; 8];
-    let mut offset = [0f32; 8]; // -min >= 0
-    for j in 0..8 {
-        let sb = &x[j * 32..(j + 1) * 32];
-        offset[j] = -sb.iter().fold(0f32, |m, &v| m.min(v));
-        max[j] = sb.iter().fold(0f32, |m, &v| m.max(v));
-    }
-    // The offsets rounded up to multiples of `dmin` (the grid still reaches each minimum),
-    // then each step sized from its rounded offset, so that the grid reaches the maximum
-    // too (from the unrounded offset it fell short by up to `dmin`: more than a step of
-    // Q5_K's grid beside an outlier).
-    let dmin = f16::from_f32(offset.iter().fold(0f32, |m, &v| m.max(v)) / 63.0).to_f32();
-    let mn: [u8; 8] = std::array::from_fn(|j| if dmin > 0.0 { (offset[j] / dmin).ceil().min(63.0) as u8 } else { 0 });
-    let scale: [f32; 8] = std::array::from_fn(|j| (max[j] + dmin * mn[j] as f32) / top);
-    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 63.0).to_f32();
-    let sc: [u8; 8] = std::array::from_fn(|j| if d > 0.0 { (scale[j] / d).ceil().min(63.0) as u8 } else { 0 });
+    let mut q = [0u8; 256];
+    let (d, dmin, sc, mn) = affine_k::<8>(x, if five { 31.0 } else { 15.0 }, 63.0, &mut q);
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
     out.extend_from_slice(&f16::from_f32(dmin).to_le_bytes());
     let mut packed = [0u8; 12];
@@ -417,14 +431,6 @@ fn quantize_q4k(x: &[f32], five: bool, out: &mut Vec<u8>) {
         packed[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
     }
     out.extend_from_slice(&packed);
-    let mut q = [0u8; 256];
-    for j in 0..8 {
-        let (step, base) = (d * sc[j] as f32, dmin * mn[j] as f32);
-        for l in 0..32 {
-            let v = x[j * 32 + l];
-            q[j * 32 + l] = if step > 0.0 { ((v + base) / step).round().clamp(0.0, top) as u8 } else { 0 };
-        }
-    }
     if five {
         // Bit j of qh[l] is value 32 j + l's fifth bit.
         let mut qh = [0u8; 32];
@@ -451,27 +457,10 @@ fn pack_2bit(q: &[u8; 256]) -> [u8; 64] {
 }
 
 /// Q2_K: per 16-value sub-block an affine 2-bit grid whose scale and offset are 4-bit
-/// multiples of the super-block's f16 `d` and `dmin`; each step is chosen after its
-/// offset is rounded, so the grid still reaches the sub-block's maximum.
+/// multiples of the super-block's f16 `d` and `dmin` ([`affine_k`]).
 fn quantize_q2k(x: &[f32], out: &mut Vec<u8>) {
-    let mut offset = [0f32; 16]; // -min >= 0
-    let mut max = [0f32; 16];
-    for j in 0..16 {
-        let sb = &x[j * 16..(j + 1) * 16];
-        offset[j] = -sb.iter().fold(0f32, |m, &v| m.min(v));
-        max[j] = sb.iter().fold(0f32, |m, &v| m.max(v));
-    }
-    let dmin = f16::from_f32(offset.iter().fold(0f32, |m, &v| m.max(v)) / 15.0).to_f32();
-    let mn: Vec<u8> = offset.iter().map(|&o| if dmin > 0.0 { (o / dmin).ceil().min(15.0) as u8 } else { 0 }).collect();
-    let base: Vec<f32> = mn.iter().map(|&m| dmin * m as f32).collect();
-    let scale: Vec<f32> = (0..16).map(|j| (max[j] + base[j]) / 3.0).collect();
-    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 15.0).to_f32();
-    let sc: Vec<u8> = scale.iter().map(|&s| if d > 0.0 { (s / d).ceil().min(15.0) as u8 } else { 0 }).collect();
     let mut q = [0u8; 256];
-    for (e, qv) in q.iter_mut().enumerate() {
-        let step = d * sc[e / 16] as f32;
-        *qv = if step > 0.0 { ((x[e] + base[e / 16]) / step).round().clamp(0.0, 3.0) as u8 } else { 0 };
-    }
+    let (d, dmin, sc, mn) = affine_k::<16>(x, 3.0, 15.0, &mut q);
     out.extend((0..16).map(|j| sc[j] | (mn[j] << 4)));
     out.extend_from_slice(&pack_2bit(&q));
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
@@ -488,10 +477,9 @@ fn quantize_q3k(x: &[f32], out: &mut Vec<u8>) {
         *s = max / -4.0;
     }
     let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v.abs())) / 32.0).to_f32();
-    let sc: Vec<i32> = scale
-        .iter()
-        .map(|&s| if d > 0.0 { ((s / d).abs().ceil().copysign(s / d) as i32).clamp(-32, 31) } else { 0 })
-        .collect();
+    let sc: [i32; 16] = std::array::from_fn(|j| {
+        if d > 0.0 { ((scale[j] / d).abs().ceil().copysign(scale[j] / d) as i32).clamp(-32, 31) } else { 0 }
+    });
     let mut q = [0u8; 256];
     for (e, qv) in q.iter_mut().enumerate() {
         let step = d * sc[e / 16] as f32;

@@ -191,10 +191,7 @@ fn tensor<'a>(g: &'a Gguf, name: &str) -> Result<&'a TensorInfo> {
 /// their own type: 8-bit rows against them gained no speed (no integer dot of a float
 /// weight) and lost precision.
 fn activations_for(scheme: QuantScheme, step: ActivationQuant) -> ActivationQuant {
-    match scheme {
-        QuantScheme::F32 | QuantScheme::F16 | QuantScheme::BF16 => ActivationQuant::F32,
-        _ => step,
-    }
+    if scheme.is_float() { ActivationQuant::F32 } else { step }
 }
 
 /// A projection's info after checking its shape; `keys` says which metadata the

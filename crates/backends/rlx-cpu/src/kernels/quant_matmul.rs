@@ -875,7 +875,7 @@ multiversion! {
                 let mut acc = [[0f32; 16]; ROWS_PASS];
                 for (r, run) in row.chunks(blocks_per_run * bb).enumerate() {
                     let n = run.len() / bb * bs;
-                    if is_float(scheme) {
+                    if scheme.is_float() {
                         decode_floats(scheme, run, &mut values[..n]);
                     } else {
                         for (block, v) in run.chunks_exact(bb).zip(values.chunks_exact_mut(bs)) {
@@ -1486,7 +1486,7 @@ fn gemv_rows_const<const M: usize>(scheme: QuantScheme, k: usize, rows: &[u8], x
     let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
     let rb = k / bs * bb;
     let mut buf = [0f32; 256];
-    if is_float(scheme) {
+    if scheme.is_float() {
         // Runs of 32 values decoded at once into the 32 lanes (value by value, each a
         // block of its own, a row was one chain of dependent adds: an F16 SmolLM2
         // decoded 3 tokens a second).
@@ -1555,11 +1555,6 @@ fn gemv_rows_const<const M: usize>(scheme: QuantScheme, k: usize, rows: &[u8], x
             *o = lanes.iter().sum();
         }
     }
-}
-
-/// Whether `scheme` stores plain floats (one value a block).
-fn is_float(scheme: QuantScheme) -> bool {
-    matches!(scheme, QuantScheme::F32 | QuantScheme::F16 | QuantScheme::BF16)
 }
 
 /// The values of a float scheme in `bytes`, each as `dequantize_block` decodes it, in a
@@ -1640,7 +1635,7 @@ fn gemv_rows(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
         });
     }
     #[cfg(target_arch = "x86_64")]
-    if m == 1 && is_float(p.scheme) && arm >= Arm::Avx512 && features().has_avx512() && features().f16c {
+    if m == 1 && p.scheme.is_float() && arm >= Arm::Avx512 && features().has_avx512() && features().f16c {
         return by_weight_rows(p, out, 0, |first, o, _| {
             // SAFETY: AVX-512 F/BW/VL/DQ and F16C were just checked; the rows are whole.
             unsafe { x86::gemv_float_row_avx512(p.scheme, p.k, &w[first * rb..][..o.len() * rb], x, o) }
@@ -1687,7 +1682,7 @@ fn by_weight_rows(
 multiversion! {
     /// Decodes whole weight rows into f32 rows of `k`.
     fn decode_rows(scheme: QuantScheme, k: usize, rows: &[u8], out: &mut [f32]) {
-        if is_float(scheme) {
+        if scheme.is_float() {
             return decode_floats(scheme, rows, out);
         }
         let (bs, bb) = (scheme.block_size(), scheme.block_bytes());
