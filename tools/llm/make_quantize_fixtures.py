@@ -4,7 +4,8 @@
 From an all-F32 copy of SmolLM2-135M-Instruct (make_f32_gguf.py of the Q4_1 file), for
 each type: `llama-quantize F32 OUT TYPE`, the tensor types it chose (read with the gguf
 package), and `llama-perplexity -c 512 -b 512 --chunks 8` of its file on Botchan
-(tools/fetch_text.sh). With --rlx, also `rlx quantize` of the same copy, and
+(tools/fetch_text.sh), and per quantized scheme the relative RMS error of its values against
+the F32 copy's. With --rlx, also `rlx quantize` of the same copy, and
 llama-perplexity on RLX's file: llama.cpp must load it. With --rlx and --gemma (the
 Gemma 3 270M Q4_K_M file of tools/fetch_model.sh gemma3), `rlx quantize` of it to q2_k
 (its ffn_down and attn_output Q3_K: the 2- and 3-bit kernels in a real model) and
@@ -36,6 +37,22 @@ def tensor_types(path):
     return {t.name: t.tensor_type.name for t in r.tensors}
 
 
+def relative_errors(path, source):
+    """Per quantized scheme in `path`, sqrt(sum (y - x)^2 / sum x^2) over its tensors, `x`
+    the F32 source's values and `y` the file's, decoded by the gguf package."""
+    import numpy as np
+    ref = {t.name: t for t in gguf.GGUFReader(source).tensors}
+    sums = {}
+    for t in gguf.GGUFReader(path).tensors:
+        if t.tensor_type.name in ("F32", "F16", "BF16"):
+            continue
+        x = np.asarray(ref[t.name].data, dtype=np.float64).reshape(-1)
+        y = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64).reshape(-1)
+        e, n = sums.get(t.tensor_type.name, (0.0, 0.0))
+        sums[t.tensor_type.name] = (e + ((y - x) ** 2).sum(), n + (x * x).sum())
+    return {k: float(np.sqrt(e / n)) for k, (e, n) in sorted(sums.items())}
+
+
 def perplexity(bin_dir, model, text):
     out = subprocess.run([f"{bin_dir}/llama-perplexity", "-m", model, "-f", text, "-c", "512", "-b", "512",
                           "--chunks", str(CHUNKS), "-t", "2"], check=True, capture_output=True, text=True)
@@ -58,7 +75,8 @@ def main():
         subprocess.run([f"{args.bin}/llama-quantize", args.f32_model, path, theirs], check=True,
                        capture_output=True)
         entry = {"llama_quantize": theirs, "tensor_types": tensor_types(path),
-                 "llama_cpp_ppl": perplexity(args.bin, path, args.text)}
+                 "llama_cpp_ppl": perplexity(args.bin, path, args.text),
+                 "llama_quantize_relative_error": relative_errors(path, args.f32_model)}
         if args.rlx:
             mine = f"/tmp/quantize_rlx_{ours}.gguf"
             subprocess.run([args.rlx, "quantize", args.f32_model, mine, "--type", ours], check=True,

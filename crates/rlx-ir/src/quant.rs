@@ -393,28 +393,75 @@ fn quantize_block(scheme: QuantScheme, x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
-/// An affine K-quant super-block of 256 values in `S` sub-blocks: per sub-block an
-/// offset (`-min`, rounded up to a multiple `mn` of the super-block's f16 `dmin`, so the
-/// grid still reaches the minimum), then a step sized from that rounded offset (a multiple
-/// `sc` of the f16 `d`, rounded up), so the grid reaches the maximum too (from the
-/// unrounded offset it fell short by up to `dmin`: more than a step of Q5_K's grid beside
-/// an outlier). `sc` and `mn` go up to `codes`, the values `q` up to `top`. Returns
-/// `(d, dmin, sc, mn)`.
+/// An affine K-quant super-block of 256 values in `S` sub-blocks: per sub-block the step
+/// and offset that fit its values best ([`fit_affine`]), as multiples `sc` and `mn` (up
+/// to `codes`) of the f16 `d` and `dmin`; then each value rounded on its final grid (up to
+/// `top`). Returns `(d, dmin, sc, mn)`.
+///
+/// A fit, not the sub-block's range: on SmolLM2's Q4_K tensors the relative RMS error
+/// goes from 0.0244 (range rounded outwards) to 0.0186, llama-quantize's 0.0186; Gemma 3
+/// 270M at Q3_K_M (Q4_K its attention output and FFN down) from perplexity 27.95 to 26.83,
+/// llama-quantize's file 26.73.
 fn affine_k<const S: usize>(x: &[f32], top: f32, codes: f32, q: &mut [u8; 256]) -> (f32, f32, [u8; S], [u8; S]) {
     let group = 256 / S;
-    let sub = |j: usize| &x[j * group..(j + 1) * group];
-    let offset: [f32; S] = std::array::from_fn(|j| -sub(j).iter().fold(0f32, |m, &v| m.min(v)));
-    let max: [f32; S] = std::array::from_fn(|j| sub(j).iter().fold(0f32, |m, &v| m.max(v)));
-    let dmin = f16::from_f32(offset.iter().fold(0f32, |m, &v| m.max(v)) / codes).to_f32();
-    let mn: [u8; S] = std::array::from_fn(|j| if dmin > 0.0 { (offset[j] / dmin).ceil().min(codes) as u8 } else { 0 });
-    let scale: [f32; S] = std::array::from_fn(|j| (max[j] + dmin * mn[j] as f32) / top);
-    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / codes).to_f32();
-    let sc: [u8; S] = std::array::from_fn(|j| if d > 0.0 { (scale[j] / d).ceil().min(codes) as u8 } else { 0 });
+    let fits: [(f32, f32); S] = std::array::from_fn(|j| fit_affine(&x[j * group..][..group], top));
+    let dmin = f16::from_f32(fits.iter().fold(0f32, |m, f| m.max(f.1)) / codes).to_f32();
+    let d = f16::from_f32(fits.iter().fold(0f32, |m, f| m.max(f.0)) / codes).to_f32();
+    let mn: [u8; S] = std::array::from_fn(|j| if dmin > 0.0 { (fits[j].1 / dmin).round().min(codes) as u8 } else { 0 });
+    let sc: [u8; S] = std::array::from_fn(|j| if d > 0.0 { (fits[j].0 / d).round().min(codes) as u8 } else { 0 });
     for (e, qv) in q.iter_mut().enumerate() {
         let (step, base) = (d * sc[e / group] as f32, dmin * mn[e / group] as f32);
         *qv = if step > 0.0 { ((x[e] + base) / step).round().clamp(0.0, top) as u8 } else { 0 };
     }
     (d, dmin, sc, mn)
+}
+
+/// The step `s` and offset `o >= 0` for which `s * q - o`, `q = round((x + o) / s)` in
+/// `[0, top]`, is closest to `x` in weighted squared error, over 21 grids: the range
+/// `min(x, 0) ..= max(x)` in `top - 1 ..= top + 1` steps, each refit by weighted least
+/// squares for its `q` (the offset held at 0 where the fit would make it negative).
+fn fit_affine(x: &[f32], top: f32) -> (f32, f32) {
+    let (min, max) = x.iter().fold((0f32, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+    if max <= min || !(max - min).is_finite() {
+        return (0.0, -min);
+    }
+    // The weights: large values matter most to a product, but a sub-block of small ones
+    // still gets a grid (with x^2 alone it would be fit to its one largest value).
+    let rms = (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt();
+    let weight = |v: f32| rms + v.abs();
+    let mut best = (f32::INFINITY, (max - min) / top, -min);
+    for i in -10..=10 {
+        let inv = (top + 0.1 * i as f32) / (max - min);
+        let (mut sw, mut sq, mut sqq, mut sx, mut sxq) = (0f32, 0f32, 0f32, 0f32, 0f32);
+        for &v in x {
+            let q = ((v - min) * inv).round().clamp(0.0, top);
+            let w = weight(v);
+            (sw, sq, sqq, sx, sxq) = (sw + w, sq + w * q, sqq + w * q * q, sx + w * v, sxq + w * v * q);
+        }
+        // Minimise sum w (s q + m - x)^2 over s and m <= 0.
+        let det = sw * sqq - sq * sq;
+        if det <= 0.0 {
+            continue;
+        }
+        let (mut s, mut m) = ((sw * sxq - sx * sq) / det, (sqq * sx - sq * sxq) / det);
+        if m > 0.0 {
+            (s, m) = (sxq / sqq, 0.0);
+        }
+        if s <= 0.0 {
+            continue;
+        }
+        let err: f32 = x
+            .iter()
+            .map(|&v| {
+                let q = ((v - m) / s).round().clamp(0.0, top);
+                weight(v) * (s * q + m - v).powi(2)
+            })
+            .sum();
+        if err < best.0 {
+            best = (err, s, -m);
+        }
+    }
+    (best.1, best.2)
 }
 
 /// Q4_K (Q5_K with `five`): per 32-value sub-block an affine 4-bit (5-bit) grid whose
@@ -467,25 +514,10 @@ fn quantize_q2k(x: &[f32], out: &mut Vec<u8>) {
     out.extend_from_slice(&f16::from_f32(dmin).to_le_bytes());
 }
 
-/// Q3_K: per 16-value sub-block a symmetric 3-bit grid ([-4, 3]) whose value of largest
-/// magnitude maps to -4, its scale a signed 6-bit multiple ([-32, 31]) of the
-/// super-block's f16 `d`, rounded away from zero so the grid still reaches it.
+/// Q3_K: per 16-value sub-block a symmetric 3-bit grid ([-4, 3]) whose step is a signed
+/// 6-bit multiple ([-32, 31]) of the super-block's f16 `d` ([`symmetric_k`]).
 fn quantize_q3k(x: &[f32], out: &mut Vec<u8>) {
-    let mut scale = [0f32; 16];
-    for (j, s) in scale.iter_mut().enumerate() {
-        let max = x[j * 16..(j + 1) * 16].iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-        *s = max / -4.0;
-    }
-    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v.abs())) / 32.0).to_f32();
-    let sc: [i32; 16] = std::array::from_fn(|j| {
-        if d > 0.0 { ((scale[j] / d).abs().ceil().copysign(scale[j] / d) as i32).clamp(-32, 31) } else { 0 }
-    });
-    let mut q = [0u8; 256];
-    for (e, qv) in q.iter_mut().enumerate() {
-        let step = d * sc[e / 16] as f32;
-        let v = if step != 0.0 { (x[e] / step).round().clamp(-4.0, 3.0) as i32 } else { 0 };
-        *qv = (v + 4) as u8;
-    }
+    let (d, sc, q) = symmetric_k(x, 4, 32);
     // hmask: bit e / 32 of byte e % 32 is value e's third bit.
     let mut hmask = [0u8; 32];
     for (e, &v) in q.iter().enumerate() {
@@ -505,22 +537,60 @@ fn quantize_q3k(x: &[f32], out: &mut Vec<u8>) {
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
 }
 
-/// Q6_K: per 16-value sub-block a symmetric 6-bit grid ([-32, 31]) whose scale is an i8
-/// multiple of the super-block's f16 `d`.
-fn quantize_q6k(x: &[f32], out: &mut Vec<u8>) {
-    let mut scale = [0f32; 16];
-    for (j, s) in scale.iter_mut().enumerate() {
-        let amax = x[j * 16..(j + 1) * 16].iter().fold(0f32, |m, v| m.max(v.abs()));
-        *s = amax / 31.0;
-    }
-    let d = f16::from_f32(scale.iter().fold(0f32, |m, &v| m.max(v)) / 127.0).to_f32();
-    let sc: Vec<i8> = scale.iter().map(|&s| if d > 0.0 { (s / d).ceil().min(127.0) as i8 } else { 0 }).collect();
-    let mut q = [0u8; 256];
-    for (e, qv) in q.iter_mut().enumerate() {
+/// A symmetric K-quant super-block of 256 values in 16 sub-blocks of 16 (Q3_K, Q6_K):
+/// per sub-block the step that fits its values best ([`fit_symmetric`], values in
+/// `[-nmax, nmax)`), the 16 steps as signed multiples (in `[-codes, codes)`) of the f16
+/// `d`, the sub-block of largest step at `-codes`; then each value rounded on its final
+/// grid. Returns `(d, sc, q + nmax)`.
+fn symmetric_k(x: &[f32], nmax: i32, codes: i32) -> (f32, [i32; 16], [u8; 256]) {
+    let scale: [f32; 16] = std::array::from_fn(|j| fit_symmetric(&x[j * 16..][..16], nmax));
+    let widest = scale.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let d = f16::from_f32(widest / -(codes as f32)).to_f32();
+    let sc: [i32; 16] =
+        std::array::from_fn(|j| if d != 0.0 { ((scale[j] / d).round() as i32).clamp(-codes, codes - 1) } else { 0 });
+    let q = std::array::from_fn(|e| {
         let step = d * sc[e / 16] as f32;
-        let v = if step > 0.0 { (x[e] / step).round().clamp(-32.0, 31.0) as i32 } else { 0 };
-        *qv = (v + 32) as u8;
+        let v = if step != 0.0 { (x[e] / step).round().clamp(-nmax as f32, (nmax - 1) as f32) as i32 } else { 0 };
+        (v + nmax) as u8
+    });
+    (d, sc, q)
+}
+
+/// The step `s` for which `s * q`, `q = round(x / s)` in `[-nmax, nmax)`, is closest to `x`
+/// in squared error weighted by `x^2` (the large values matter most to a product), over
+/// 21 grids: the value of largest magnitude at `-nmax - 1 ..= -nmax + 1` steps, each
+/// step then refit by least squares for its `q`. The largest value at exactly `-nmax`
+/// clips the other sign's extreme at `nmax - 1` (a 3-bit grid is [-4, 3]); a wider step
+/// can cost less than that.
+fn fit_symmetric(x: &[f32], nmax: i32) -> f32 {
+    let widest = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    if widest == 0.0 || !widest.is_finite() {
+        return widest / -(nmax as f32);
     }
+    let (lo, hi) = (-nmax as f32, (nmax - 1) as f32);
+    let mut best = (f32::NEG_INFINITY, widest / -(nmax as f32));
+    for i in -10..=10 {
+        let inv = -(nmax as f32 + 0.1 * i as f32) / widest;
+        let (mut xq, mut qq) = (0f32, 0f32);
+        for &v in x {
+            let q = (v * inv).round().clamp(lo, hi);
+            let w = v * v;
+            xq += w * v * q;
+            qq += w * q * q;
+        }
+        // The error at the least-squares step is sum(w x^2) - xq^2 / qq: the larger
+        // xq^2 / qq, the better.
+        if qq > 0.0 && xq * xq / qq > best.0 {
+            best = (xq * xq / qq, xq / qq);
+        }
+    }
+    best.1
+}
+
+/// Q6_K: per 16-value sub-block a symmetric 6-bit grid ([-32, 31]) whose step is an i8
+/// multiple of the super-block's f16 `d` ([`symmetric_k`]).
+fn quantize_q6k(x: &[f32], out: &mut Vec<u8>) {
+    let (d, sc, q) = symmetric_k(x, 32, 128);
     let mut ql = [0u8; 128];
     let mut qh = [0u8; 64];
     for (e, &qv) in q.iter().enumerate() {
@@ -530,6 +600,6 @@ fn quantize_q6k(x: &[f32], out: &mut Vec<u8>) {
     }
     out.extend_from_slice(&ql);
     out.extend_from_slice(&qh);
-    out.extend(sc.iter().map(|&s| s as u8));
+    out.extend(sc.iter().map(|&s| s as i8 as u8));
     out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
 }

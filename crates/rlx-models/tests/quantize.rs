@@ -1,8 +1,9 @@
 //! `quantize` against llama.cpp's `llama-quantize` on an all-F32 copy of SmolLM2
 //! (fixtures/quantize.json, made by tools/llm/make_quantize_fixtures.py): the same type
 //! for every tensor, and at each K-quant mixture (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M) a
-//! perplexity on Botchan within 3% of llama.cpp's for its own file (the fixture also
-//! records llama.cpp loading RLX's file).
+//! perplexity on Botchan at most 3% above llama.cpp's for its own file (the fixture also
+//! records llama.cpp loading RLX's file), and per scheme the values' error at most
+//! llama-quantize's.
 
 mod common;
 
@@ -24,6 +25,21 @@ fn f32_copy(g: &Gguf) -> Gguf {
         w.tensor(&t.name, &t.dims, QuantScheme::F32, values.iter().flat_map(|v| v.to_le_bytes()).collect()).unwrap();
     }
     Gguf::parse(Arc::new(w.to_bytes())).unwrap()
+}
+
+/// Per quantized scheme in `q`, `sqrt(sum (y - x)^2 / sum x^2)` over its tensors, `x` the
+/// values in `source` and `y` in `q` (as the fixture generator computes it for llama.cpp).
+fn relative_errors(q: &Gguf, source: &Gguf) -> std::collections::BTreeMap<String, f64> {
+    let mut sums = std::collections::BTreeMap::<String, (f64, f64)>::new();
+    for t in q.tensors.iter().filter(|t| !t.scheme.is_float()) {
+        let (x, y) = (source.dequantize(&t.name).unwrap(), q.dequantize(&t.name).unwrap());
+        let sum = sums.entry(t.scheme.name().to_string()).or_default();
+        for (&x, &y) in x.iter().zip(&y) {
+            sum.0 += (y as f64 - x as f64).powi(2);
+            sum.1 += (x as f64).powi(2);
+        }
+    }
+    sums.into_iter().map(|(k, (e, n))| (k, (e / n).sqrt())).collect()
 }
 
 fn fixture() -> serde_json::Value {
@@ -63,6 +79,14 @@ fn quantize_matches_llama_quantize() {
             assert_eq!(t.scheme.name(), want[&t.name].as_str().unwrap(), "{kind}: {}", t.name);
         }
         assert!(report.bytes_out < report.bytes_in / 3, "{kind}: {report:?}");
+        // Per scheme, the values' error as llama-quantize's at most (the K-quant grids
+        // are fits: a range grid's error was 1.1-1.3x theirs; the others are the same
+        // rounding as theirs).
+        for (scheme, &theirs) in &relative_errors(&q, &f32) {
+            let want = entry["llama_quantize_relative_error"][scheme].as_f64().unwrap();
+            assert!(theirs <= 1.02 * want, "{kind} {scheme}: relative error {theirs:.5}, llama-quantize's {want:.5}");
+            eprintln!("{kind} {scheme}: relative error {theirs:.5}, llama-quantize's {want:.5}");
+        }
         // llama.cpp's llama_ftype numbers.
         let file_type = match kind.as_str() {
             "q4_0" => 2,
@@ -78,11 +102,11 @@ fn quantize_matches_llama_quantize() {
         if !kind.ends_with("_k") {
             continue;
         }
-        // The model runs, and is as good as llama.cpp's own file of the K-quant mixture.
+        // The model runs, and is as good as llama.cpp's own file of the K-quant mixture
+        // (or better: SmolLM2's Q2_K mixture, its FFN down Q3_K, scores 35.44 to 36.61).
         let ppl = perplexity_of(q, &fx, &text);
         let theirs = entry["llama_cpp_ppl"][0].as_f64().unwrap();
-        let rel = (ppl / theirs - 1.0).abs();
-        assert!(rel < 0.03, "{kind}: rlx's file {ppl:.4}, llama-quantize's {theirs:.4}");
+        assert!(ppl < 1.03 * theirs, "{kind}: rlx's file {ppl:.4}, llama-quantize's {theirs:.4}");
         eprintln!("{kind}: rlx's file {ppl:.4} (rlx), llama-quantize's {theirs:.4} (llama.cpp)");
     }
 }
