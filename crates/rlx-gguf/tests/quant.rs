@@ -167,6 +167,53 @@ fn round_trip_error_within_the_scheme_bound() {
     }
 }
 
+/// Blocks no weight file should hold but a user's tensor can: zeros, constants, values
+/// too small or too large for an f16 step, infinities and NaN. Every encoder returns a
+/// whole encoding; zeros come back as zeros, constants and denormal-sized values close
+/// (within the format's step, or at zero where the step underflows f16), and a NaN or
+/// infinity spoils no block but its own.
+#[test]
+fn encoders_take_zeros_constants_tiny_huge_and_non_finite_blocks() {
+    let schemes = QuantScheme::ALL.into_iter().filter(|s| s.can_encode() && !s.is_float());
+    for scheme in schemes {
+        let bs = scheme.block_size().max(256);
+        let block = |f: &dyn Fn(usize) -> f32| (0..bs).map(f).collect::<Vec<f32>>();
+        let cases: [(&str, Vec<f32>); 7] = [
+            ("zeros", block(&|_| 0.0)),
+            ("a constant", block(&|_| 0.37)),
+            ("a negative constant", block(&|_| -0.37)),
+            ("denormals", block(&|i| if i % 3 == 0 { 1e-40 } else { -2e-39 })),
+            ("huge values", block(&|i| if i % 2 == 0 { 1e30 } else { -3e29 })),
+            ("an infinity", block(&|i| if i == 5 { f32::INFINITY } else { 0.5 })),
+            ("a NaN", block(&|i| if i == 7 { f32::NAN } else { 0.5 })),
+        ];
+        for (what, values) in cases {
+            // The block of interest between two ordinary ones.
+            let ordinary = block(&|i| (i as f32 * 0.37).sin());
+            let x: Vec<f32> = ordinary.iter().chain(&values).chain(&ordinary).copied().collect();
+            let q = quantize(scheme, &x).unwrap();
+            assert_eq!(q.len(), scheme.row_bytes(x.len()).unwrap(), "{} {what}", scheme.name());
+            // The neighbours encode as they do alone.
+            let alone = quantize(scheme, &ordinary).unwrap();
+            let n = alone.len();
+            assert!(q[..n] == alone[..] && q[2 * n..] == alone[..], "{} {what}: a neighbouring block", scheme.name());
+            let mut back = vec![0f32; x.len()];
+            dequantize(scheme, &q, &mut back).unwrap();
+            let mid = &back[bs..2 * bs];
+            match what {
+                "zeros" => assert!(mid.iter().all(|&v| v == 0.0), "{} zeros: {mid:?}", scheme.name()),
+                "a constant" | "a negative constant" => {
+                    for (&a, &b) in values.iter().zip(mid) {
+                        assert!((a - b).abs() <= 0.37 / 32.0, "{} {what}: {a} -> {b}", scheme.name());
+                    }
+                }
+                "denormals" => assert!(mid.iter().all(|v| v.abs() <= 2e-39), "{} denormals: {mid:?}", scheme.name()),
+                _ => {}
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_lengths_are_errors() {
     let mut out = vec![0f32; 32];
