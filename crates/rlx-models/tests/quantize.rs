@@ -82,10 +82,10 @@ fn quantize_matches_llama_quantize() {
         // Per scheme, the values' error as llama-quantize's at most (the K-quant grids
         // are fits: a range grid's error was 1.1-1.3x theirs; the others are the same
         // rounding as theirs).
-        for (scheme, &theirs) in &relative_errors(&q, &f32) {
-            let want = entry["llama_quantize_relative_error"][scheme].as_f64().unwrap();
-            assert!(theirs <= 1.02 * want, "{kind} {scheme}: relative error {theirs:.5}, llama-quantize's {want:.5}");
-            eprintln!("{kind} {scheme}: relative error {theirs:.5}, llama-quantize's {want:.5}");
+        for (scheme, &ours) in &relative_errors(&q, &f32) {
+            let theirs = entry["llama_quantize_relative_error"][scheme].as_f64().unwrap();
+            assert!(ours <= 1.02 * theirs, "{kind} {scheme}: relative error {ours:.5}, llama-quantize's {theirs:.5}");
+            eprintln!("{kind} {scheme}: relative error {ours:.5}, llama-quantize's {theirs:.5}");
         }
         // llama.cpp's llama_ftype numbers.
         let file_type = match kind.as_str() {

@@ -1683,18 +1683,22 @@ fn gemv_rows(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]
         });
     }
     #[cfg(target_arch = "x86_64")]
-    if m == 1 && p.scheme.is_float() && arm >= Arm::Avx512 && features().has_avx512() && features().f16c {
-        return by_weight_rows(p, out, 0, |first, o, _| {
-            // SAFETY: AVX-512 F/BW/VL/DQ and F16C were just checked; the rows are whole.
-            unsafe { x86::gemv_float_row_avx512(p.scheme, p.k, &w[first * rb..][..o.len() * rb], x, o) }
-        });
-    }
-    #[cfg(target_arch = "x86_64")]
-    if m == 1 && p.scheme.is_float() && arm >= Arm::Avx2 && features().has_avx2_fma() && features().f16c {
-        return by_weight_rows(p, out, 0, |first, o, _| {
-            // SAFETY: AVX2, FMA and F16C were just checked; the rows are whole.
-            unsafe { x86::gemv_float_row_avx2(p.scheme, p.k, &w[first * rb..][..o.len() * rb], x, o) }
-        });
+    if m == 1 && p.scheme.is_float() && features().f16c {
+        type FloatRows = unsafe fn(QuantScheme, usize, &[u8], &[f32], &mut [f32]);
+        let kernel: Option<FloatRows> = if arm >= Arm::Avx512 && features().has_avx512() {
+            Some(x86::gemv_float_row_avx512)
+        } else if arm >= Arm::Avx2 && features().has_avx2_fma() {
+            Some(x86::gemv_float_row_avx2)
+        } else {
+            None
+        };
+        if let Some(kernel) = kernel {
+            return by_weight_rows(p, out, 0, |first, o, _| {
+                // SAFETY: the kernel's features (F16C and its arm's) were just checked;
+                // the rows are whole.
+                unsafe { kernel(p.scheme, p.k, &w[first * rb..][..o.len() * rb], x, o) }
+            });
+        }
     }
     by_weight_rows(p, out, 0, |first, o, _| {
         gemv_f32(arm, p.scheme, p.k, m, &w[first * rb..][..o.len() / m * rb], x, o)
