@@ -364,7 +364,7 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
 #[test]
 fn each_row_of_a_q16_product_equals_that_row_alone() {
     let mut rng = Rng::new(13);
-    let any_rows = rlx_cpu::kernels::q8_packed::available_q16(QuantScheme::Q4_1, Arm::best());
+    let any_rows = rlx_cpu::kernels::quant_gemm::vnni(Arm::best());
     for scheme in [QuantScheme::Q4_0, QuantScheme::Q4_1, QuantScheme::Q8_0, QuantScheme::Q5_0, QuantScheme::Q4K] {
         if !rlx_cpu::kernels::quant_gemm::available(scheme, Arm::best()) {
             continue;
@@ -556,26 +556,29 @@ fn the_repacked_q8_product_has_the_same_bits_on_avx2_and_avx512() {
 }
 
 /// A 16-bit product reading the repacked copy of its weight (a param's, filling the GEMM's
-/// panels from it, or dotting it in place on VNNI) gives the bits of the same product
-/// unpacking the weight itself, on every arm that runs the integer GEMM; partial panels
-/// and groups (odd `n`), one to 33 rows. (On AVX2 without VNNI, a few rows on the plain
-/// weight are restored to f32 instead: there the plain GEMM's bits come from the rows
-/// padded past that count, each row's outputs not depending on the others.)
+/// panels from it, or dotting it in place, AVX2 or VNNI) gives the bits of the same product
+/// in the GEMM's panels unpacked from the weight itself, on every arm that runs the
+/// integer GEMM; partial panels and groups (odd `n`), one to 129 rows. The plain product
+/// runs over the rows padded to 33 (each row's outputs do not depend on the others): up to
+/// 32 rows it would dot the weight in place too, and on AVX2 without VNNI up to 8 rows of
+/// the plain weight are restored to f32.
 #[test]
 fn a_q16_product_on_the_repacked_weight_has_the_bits_of_the_plain_one() {
     use rlx_cpu::kernels::q8_packed::Packed;
     use rlx_cpu::kernels::quant_gemm::available;
     let mut rng = Rng::new(80);
     for s in REPACKED {
-        for (m, k, n) in [(1, 64_usize, 17), (5, 608, 50), (33, 96, 100), (129, 64, 50)] {
+        for (m, k, n) in
+            [(1, 64_usize, 17), (3, 96, 31), (5, 608, 50), (8, 64, 16), (17, 608, 33), (33, 96, 100), (129, 64, 50)]
+        {
             let k = if s.block_size() == 256 { k.div_ceil(256) * 256 } else { k };
             let w = random_weights(&mut rng, s, n, k);
             let x: Vec<f32> = (0..m * k).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
             let mut plan = QuantMatMulPlan::new(&[m, k], &[n, w.len() / n], s, ActivationQuant::Q16, 1);
             for arm in Arm::available().into_iter().filter(|&arm| available(s, arm)) {
                 let run = |plan: &QuantMatMulPlan| arm_bits(plan, arm, &x, &w);
-                // The plain product over at least 9 rows (the first m are x's).
-                let padded = m.max(9);
+                // The plain product over at least 33 rows (the first m are x's).
+                let padded = m.max(33);
                 let x_padded: Vec<f32> = x.iter().chain(x.iter().cycle().take((padded - m) * k)).copied().collect();
                 let plain_plan = QuantMatMulPlan::new(&[padded, k], &[n, w.len() / n], s, ActivationQuant::Q16, 1);
                 let plain = arm_bits(&plain_plan, arm, &x_padded, &w)[..m * n].to_vec();

@@ -152,10 +152,16 @@ pub const SCHEMES: [QuantScheme; 10] = [
 ];
 
 /// Whether 16-bit activation products dot [`Packed`] weights in place ([`dot_groups_q16`])
-/// for `scheme` on `arm` on this host: AVX-512 VNNI, the 32-value schemes. (`quant_gemm`
-/// fills its panels from any packed weight.)
+/// for `scheme` on `arm` on this host: AVX-512 VNNI or AVX2, the 32-value schemes.
+/// (`quant_gemm` fills its panels from any packed weight.)
 pub fn available_q16(scheme: QuantScheme, arm: Arm) -> bool {
-    available(scheme, arm) && vnni(arm) && !is_k(scheme)
+    available(scheme, arm) && !is_k(scheme)
+}
+
+/// Whether [`dot_groups_q16`] on `arm` reads [`Q16Row`]'s bytes (the VNNI kernel) rather
+/// than its 16-bit values (the AVX2 one).
+pub(super) fn q16_reads_bytes(arm: Arm) -> bool {
+    vnni(arm)
 }
 
 /// Whether `scheme` is a K-quant (super-blocks of 256 values, [`Packed`]'s K layout).
@@ -488,13 +494,16 @@ pub(super) fn dot_groups(p: &Packed, arm: Arm, g0: usize, acts: &[Q8Row], out: &
     let _ = (g0, acts, out, nb);
 }
 
-/// A 16-bit activation row (prompt path, `quant_gemm`'s quantization) split into bytes for
+/// A 16-bit activation row (prompt path, `quant_gemm`'s quantization): its values `q`
+/// (what the AVX2 kernel reads, `vpmaddwd` multiplying 16-bit integers) and, for the VNNI
+/// kernel ([`q16_reads_bytes`]; empty otherwise), the values split into bytes for
 /// `vpdpbusd`, which multiplies unsigned bytes by signed ones: `q = 256 hi + lo` with
 /// `hi = q >> 8` signed and `lo = q & 255` unsigned. For Q8_0, whose weights need all 8
 /// bits unsigned and so are the unsigned operand of both products, `lo` is stored biased
 /// (`lo ^ 128` read as signed, `lo - 128`) and the kernel adds back 128 x the weights' sum.
 /// `d` holds its block scales, `ds = d * sum(q)` per block.
 pub(super) struct Q16Row<'a> {
+    pub(super) q: &'a [i16],
     pub(super) hi: &'a [i8],
     pub(super) lo: &'a [u8],
     pub(super) d: &'a [f32],
@@ -522,12 +531,20 @@ pub(super) fn dot_groups_q16(p: &Packed, arm: Arm, g0: usize, acts: &[Q16Row], o
     let nb = p.k / 32;
     let cols = out.first().map_or(0, |o| o.len());
     assert!(g0 * ROWS + cols <= p.n && out.iter().all(|o| o.len() == cols));
-    assert!(acts.iter().all(|a| a.hi.len() == p.k && a.lo.len() == p.k && a.d.len() == nb && a.ds.len() == nb));
+    let bytes = q16_reads_bytes(arm);
+    assert!(acts.iter().all(|a| a.q.len() == p.k && a.d.len() == nb && a.ds.len() == nb));
+    assert!(!bytes || acts.iter().all(|a| a.hi.len() == p.k && a.lo.len() == p.k));
     #[cfg(target_arch = "x86_64")]
     for (acts, out) in acts.chunks(Q16_PASS).zip(out.chunks_mut(Q16_PASS)) {
-        // SAFETY: as in `dot_groups`; every activation row holds k bytes of each half and
-        // nb scales and sums.
-        unsafe { by_scheme_rows!(x86::groups_q16_avx512(p, g0, acts, out), p.scheme, acts.len()) }
+        // SAFETY: as in `dot_groups`; every activation row holds k values (and with
+        // `bytes` k bytes of each half) and nb scales and sums.
+        unsafe {
+            if bytes {
+                by_scheme_rows!(x86::groups_q16_avx512(p, g0, acts, out), p.scheme, acts.len())
+            } else {
+                by_scheme_rows!(x86::groups_q16_avx2(p, g0, acts, out), p.scheme, acts.len())
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (g0, acts, out, nb);
@@ -1006,6 +1023,25 @@ pub(super) mod x86 {
         }
     }
 
+    /// Lane `l` of `acc[i][h]` into column `first + 8 h + l` of `out[i]`, for the columns
+    /// each `out` row holds: [`store_group`] for the AVX2 kernels' half groups.
+    ///
+    /// # Safety
+    /// The caller has AVX; `first` is below the rows' length.
+    #[inline(always)]
+    unsafe fn store_halves<const A: usize>(out: &mut [&mut [f32]], first: usize, acc: &[[__m256; 2]; A]) {
+        let lanes = (out[0].len() - first).min(ROWS);
+        for (o, acc) in out.iter_mut().zip(acc) {
+            let mut lane_values = [0f32; ROWS];
+            // SAFETY: `lane_values` holds 16 floats.
+            unsafe {
+                _mm256_storeu_ps(lane_values.as_mut_ptr(), acc[0]);
+                _mm256_storeu_ps(lane_values.as_mut_ptr().add(8), acc[1]);
+            }
+            o[first..first + lanes].copy_from_slice(&lane_values[..lanes]);
+        }
+    }
+
     /// [`super::dot_groups`] for `A` activation rows on AVX2 without VNNI: each half group
     /// (8 rows, one register) as `groups_avx512` takes a whole one, `vpmaddubsw` +
     /// `vpmaddwd` in place of `vpdpbusd`. The integer block sums are the same numbers and
@@ -1126,14 +1162,86 @@ pub(super) mod x86 {
                         }
                     }
                 }
-                let first = g * ROWS;
-                let lanes = (cols - first).min(ROWS);
-                for (o, acc) in out.iter_mut().zip(&acc) {
-                    let mut lane_values = [0f32; ROWS];
-                    _mm256_storeu_ps(lane_values.as_mut_ptr(), acc[0]);
-                    _mm256_storeu_ps(lane_values.as_mut_ptr().add(8), acc[1]);
-                    o[first..first + lanes].copy_from_slice(&lane_values[..lanes]);
+                store_halves(out, g * ROWS, &acc);
+            }
+        }
+    }
+    /// [`super::dot_groups_q16`] for `A` activation rows on AVX2 without VNNI: per half
+    /// group (8 weight rows, one register) and step, the 4 unsigned quants of each row
+    /// widened to 16 bits in two registers (values 0, 1 and 2, 3 of a lane) and
+    /// multiplied by the activation's 16-bit values with `vpmaddwd`, its pairs added in
+    /// i32. The block sums are the integers the VNNI kernel and `quant_gemm`'s panels
+    /// get (`sum u q`, at most 32 x 255 x 32767 < 2^31, Q8_0's quants biased as there),
+    /// then [`add_block`]'s f32 steps: the same bits. Against the panels (unpacked from
+    /// the repacked weight on each call): `quant_matmul::AVX2_SPLIT_ROWS`.
+    ///
+    /// # Safety
+    /// As `dot_groups_q16` checks; the host has AVX2, FMA and F16C.
+    // `half` and `i` are register-tile coordinates: indexing reads clearer than zipped iterators.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn groups_q16_avx2<const S: u8, const A: usize>(
+        p: &Packed,
+        g0: usize,
+        acts: &[super::Q16Row],
+        out: &mut [&mut [f32]],
+    ) {
+        let acts: &[super::Q16Row; A] = acts[..A].try_into().expect("A activation rows");
+        let scheme = super::scheme_of(S);
+        debug_assert!(scheme == p.scheme && !super::is_k(scheme));
+        let nb = p.k / 32;
+        let gb = group_bytes(scheme, p.k);
+        let cols = out[0].len();
+        // SAFETY (whole body): as the caller guarantees.
+        unsafe {
+            // Bytes 0, 1 (and 2, 3) of each 32-bit lane into its two 16-bit halves.
+            let (pair01, pair23) = (
+                _mm256_setr_epi8(
+                    0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1, //
+                    0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1,
+                ),
+                _mm256_setr_epi8(
+                    2, -1, 3, -1, 6, -1, 7, -1, 10, -1, 11, -1, 14, -1, 15, -1, //
+                    2, -1, 3, -1, 6, -1, 7, -1, 10, -1, 11, -1, 14, -1, 15, -1,
+                ),
+            );
+            for g in 0..cols.div_ceil(ROWS) {
+                let mut acc = [[_mm256_setzero_ps(); 2]; A];
+                let group = p.bytes.as_ptr().add((g0 + g) * gb);
+                for b in 0..nb {
+                    let at = group.add(quants_offset(scheme, b));
+                    prefetch_ahead(at, quants_offset(scheme, b + 1) - quants_offset(scheme, b));
+                    for half in 0..2 {
+                        let mut isums = [_mm256_setzero_si256(); A];
+                        for t in 0..8 {
+                            // Unsigned quants: Q8_0's as stored (biased), the others unpacked.
+                            let step = if scheme == QuantScheme::Q8_0 {
+                                _mm256_loadu_si256(at.add(32 * half + 64 * t) as *const __m256i)
+                            } else {
+                                step_avx2(scheme, at, half, t)
+                            };
+                            let (w01, w23) = (_mm256_shuffle_epi8(step, pair01), _mm256_shuffle_epi8(step, pair23));
+                            for i in 0..A {
+                                let q = acts[i].q.as_ptr().add(b * 32 + 4 * t);
+                                let x01 = _mm256_set1_epi32((q as *const i32).read_unaligned());
+                                let x23 = _mm256_set1_epi32((q.add(2) as *const i32).read_unaligned());
+                                let pairs = _mm256_add_epi32(_mm256_madd_epi16(w01, x01), _mm256_madd_epi16(w23, x23));
+                                isums[i] = _mm256_add_epi32(isums[i], pairs);
+                            }
+                        }
+                        let (sw, ow) = terms_avx2(scheme, group, b, 0, half);
+                        for i in 0..A {
+                            let (d, ds) = (*acts[i].d.get_unchecked(b), *acts[i].ds.get_unchecked(b));
+                            let a = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(isums[i]),
+                                _mm256_mul_ps(sw, _mm256_set1_ps(d)),
+                                acc[i][half],
+                            );
+                            acc[i][half] = _mm256_fmadd_ps(ow, _mm256_set1_ps(ds), a);
+                        }
+                    }
                 }
+                store_halves(out, g * ROWS, &acc);
             }
         }
     }

@@ -39,7 +39,7 @@ pub fn available(scheme: QuantScheme, arm: Arm) -> bool {
 }
 
 /// Whether `arm` takes the AVX-512 VNNI kernels on this host.
-pub(super) fn vnni(arm: Arm) -> bool {
+pub fn vnni(arm: Arm) -> bool {
     let f = features();
     arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni
 }

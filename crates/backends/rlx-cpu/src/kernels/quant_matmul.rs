@@ -7,8 +7,11 @@
 //!   Q5_K / Q6_K weights are read repacked 16 rows side by side (`q8_packed`); on the
 //!   portable arm, the row loops here; other schemes (and Q2_K / Q3_K there) decode each
 //!   weight block to f32 and dot it with the quantized row.
-//! - **16-bit activations** (prompts): the integer GEMM of `quant_gemm` on AVX-512 VNNI;
-//!   elsewhere the rows are quantized, restored to f32 and take the f32 paths below.
+//! - **16-bit activations** (prompts): the integer GEMM of `quant_gemm` on AVX-512 VNNI,
+//!   and on AVX2 for weights with a repacked copy or past a few rows; a short prompt's
+//!   rows (up to `split_rows`) dot a repacked weight in place (`q8_packed`), the same
+//!   integers and f32 steps. Elsewhere the rows are quantized, restored to f32 and take
+//!   the f32 paths below.
 //! - **GEMV** (`m <= 8`, f32 activations): each weight block decoded into registers and
 //!   dotted with every row; float weights (F32, F16, BF16) by runs of 32 values.
 //! - **direct tiles** (`8 < m <= 128`, f32 activations, AVX2 and AVX-512): `DOT_TILE` weight rows
@@ -68,6 +71,20 @@ const DOT_ROWS: usize = 128;
 /// prompt's last): 5.2 -> 1.1 ms. At 2 threads the two are within noise from 24 rows on.
 const SPLIT_ROWS: usize = 32;
 
+/// [`SPLIT_ROWS`] on AVX2 without VNNI, where the in-place kernel multiplies 16-bit values
+/// (`vpmaddwd`, as the panels do) and the panels' register tiles win from ~24 rows. AVX2
+/// arm of an AMD EPYC Zen 4, one product, best of 100-200 calls, in place -> panels:
+/// SmolLM2's Q4_1 1536 x 576, 1 thread, 1 row 65 -> 109 us, 8 rows 156 -> 174, 16 rows
+/// 285 -> 284, 24 rows 432-551 -> 420-517; 2 threads, 16 rows 154-158 -> 146-206, 24 rows
+/// 231-311 -> 192-204, 32 rows 523 -> 291; its Q8_0 head (49152 x 576), 1 thread, 1 row
+/// 2.0 -> 5.1 ms, 8 rows 5.2 -> 8.2, 16 rows 10.8 -> 12.4, 32 rows 19.9-20.5 -> 19.0-19.6.
+const AVX2_SPLIT_ROWS: usize = 16;
+
+/// Rows up to which a 16-bit product on `arm` dots a repacked weight in place.
+fn split_rows(arm: Arm) -> usize {
+    if quant_gemm::vnni(arm) { SPLIT_ROWS } else { AVX2_SPLIT_ROWS }
+}
+
 /// 16-bit activation rows up to which a host with AVX2 and no VNNI restores them to f32
 /// (the GEMV) rather than unpacking a weight without a repacked copy into the integer
 /// GEMM's panels. Past it every row count takes the panels, so a prompt prefilled in
@@ -77,8 +94,9 @@ const SPLIT_ROWS: usize = 32;
 /// head went through panels unpacked from the file's blocks (the whole head for one row)
 /// took 220-270 ms, 130-150 restored; pp512 328-426 -> 470-774 tok/s in panels.
 ///
-/// A weight with a repacked copy (a model's) always takes the panels, filled from that
-/// copy: the restored rows' GEMV read the file's blocks, whose pages the repacking had
+/// A weight with a repacked copy (a model's) always takes the integer path, reading that
+/// copy (in place up to [`AVX2_SPLIT_ROWS`] rows, else filling the panels from it): the
+/// restored rows' GEMV read the file's blocks, whose pages the repacking had
 /// released, and a short prompt brought them back (Gemma 3 270M on the AVX2 arm, peak RSS
 /// 588 -> 348 MiB), and the panels were as fast or faster (AVX2 arm on an AMD EPYC Zen 4,
 /// 2 threads, restored -> panels: the 262144-row Q8_0 head 1 row 17-20 -> 16-22 ms, 8 rows
@@ -173,8 +191,8 @@ pub fn swiglu_dequant_into(
     let activations = up_plan.activations;
     let (m, n) = (up_plan.m, up_plan.n);
     // Both products on `q8_packed`, as `dequant_matmul_into` would run them apart: 8-bit
-    // rows, or 16-bit rows split in place (a prompt of up to SPLIT_ROWS tokens; the two
-    // weights' schemes alike, so one split serves both).
+    // rows, or 16-bit rows dotted in place (a prompt of up to `split_rows` tokens; the
+    // two weights' schemes alike, so one split serves both).
     let fused = gate_plan.activations == activations
         && (gate_plan.m, gate_plan.k, gate_plan.n) == (m, up_plan.k, n)
         && match activations {
@@ -182,7 +200,9 @@ pub fn swiglu_dequant_into(
                 q8_packed::available(gate_plan.scheme, arm) && q8_packed::available(up_plan.scheme, arm)
             }
             ActivationQuant::Q16 => {
-                m <= SPLIT_ROWS && gate_plan.scheme == up_plan.scheme && q8_packed::available_q16(up_plan.scheme, arm)
+                m <= split_rows(arm)
+                    && gate_plan.scheme == up_plan.scheme
+                    && q8_packed::available_q16(up_plan.scheme, arm)
             }
             ActivationQuant::F32 => false,
         };
@@ -510,10 +530,10 @@ fn q16_matmul(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32
 }
 
 /// [`q16_matmul`] through [`quant_gemm`]: the rows quantized, with the sums of their
-/// quants per weight group; up to [`SPLIT_ROWS`] of them dotted with the repacked weight
+/// quants per weight group; up to [`split_rows`] of them dotted with the repacked weight
 /// in place.
 fn q16_gemm(p: &QuantMatMulPlan, arm: Arm, x: &[f32], w: &[u8], out: &mut [f32]) {
-    let split = p.m <= SPLIT_ROWS && q8_packed::available_q16(p.scheme, arm);
+    let split = p.m <= split_rows(arm) && q8_packed::available_q16(p.scheme, arm);
     with_q16_rows(p, arm, x, split, |acts, rows| {
         if split {
             return with_packed(p, w, |weights| {
@@ -542,9 +562,10 @@ fn with_q16_rows<R>(
     let group = quant_gemm::group_size(p.scheme).unwrap_or(Q8_BLOCK);
     let groups = k / group;
     // Scratch: m * nb scales, m * nb sums, m * groups group terms, m * k values, and for
-    // `split` their m * k high and m * k low bytes.
+    // `split` on the kernel that reads bytes their m * k high and m * k low bytes.
+    let read_bytes = split && q8_packed::q16_reads_bytes(arm);
     let values = (m * k).div_ceil(2);
-    let floats = 2 * m * nb + m * groups + values + if split { values } else { 0 };
+    let floats = 2 * m * nb + m * groups + values + if read_bytes { values } else { 0 };
     crate::threads::with_scratch::<f32, _>(floats, |scratch| {
         let (d, rest) = scratch.split_at_mut(m * nb);
         let (s, rest) = rest.split_at_mut(m * nb);
@@ -568,21 +589,29 @@ fn with_q16_rows<R>(
                 .for_each(|(((x, q), (d, s)), ds)| quantize_q16_with_groups(arm, group, x, q, d, s, ds));
         }
         if split {
-            // SAFETY: `bytes` holds 2 m k bytes (m k / 2 f32s, rounded up); i8 and u8
-            // have alignment 1 and every bit pattern is valid.
-            let (hi, lo) = unsafe {
-                let bytes = std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<u8>(), 2 * m * k);
-                let (hi, lo) = bytes.split_at_mut(m * k);
-                (std::slice::from_raw_parts_mut(hi.as_mut_ptr().cast::<i8>(), m * k), lo)
+            let (hi, lo): (&[i8], &[u8]) = if read_bytes {
+                // SAFETY: `bytes` holds 2 m k bytes (m k / 2 f32s, rounded up); i8 and u8
+                // have alignment 1 and every bit pattern is valid.
+                let (hi, lo) = unsafe {
+                    let bytes = std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<u8>(), 2 * m * k);
+                    let (hi, lo) = bytes.split_at_mut(m * k);
+                    (std::slice::from_raw_parts_mut(hi.as_mut_ptr().cast::<i8>(), m * k), lo)
+                };
+                q8_packed::split_q16(p.scheme, q, hi, lo);
+                (hi, lo)
+            } else {
+                (&[], &[])
             };
-            q8_packed::split_q16(p.scheme, q, hi, lo);
-            let (hi, lo, d, ds) = (&*hi, &*lo, &*d, &*ds);
+            let (q, d, ds) = (&*q, &*d, &*ds);
+            // Row i's range in a slice of `len` values a row.
+            let part = |i: usize, len: usize| i * len..(i + 1) * len;
             let rows: Vec<q8_packed::Q16Row> = (0..m)
                 .map(|i| q8_packed::Q16Row {
-                    hi: &hi[i * k..][..k],
-                    lo: &lo[i * k..][..k],
-                    d: &d[i * nb..][..nb],
-                    ds: &ds[i * nb..][..nb],
+                    q: &q[part(i, k)],
+                    hi: hi.get(part(i, k)).unwrap_or_default(),
+                    lo: lo.get(part(i, k)).unwrap_or_default(),
+                    d: &d[part(i, nb)],
+                    ds: &ds[part(i, nb)],
                 })
                 .collect();
             return f(quant_gemm::Acts { m, k, q, d, ds }, &rows);
