@@ -183,7 +183,7 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
         eprintln!("note: the context of {} tokens is full: generation ended (raise --ctx for more)", model.context());
     }
     eprintln!(
-        "prompt: {} tokens, {} tok/s | generation: {} tokens, {} tok/s | compile {:.0} ms ({})",
+        "prompt: {} tokens, {} tok/s | generation: {} tokens, {} tok/s | compile and pack {:.0} ms ({})",
         stats.prompt_tokens,
         rate(stats.prompt_tokens_per_second()),
         tokens.len(),

@@ -112,7 +112,8 @@ struct WeightInfo {
 /// Timings of one [`Llama::generate`] call.
 #[derive(Clone, Debug, Default)]
 pub struct GenerateStats {
-    /// Compiling graphs for shapes not seen before (not part of the rates below).
+    /// Compiling graphs for shapes not seen before, with the weights' packed copies the
+    /// first of them makes (not part of the rates below).
     pub compile_seconds: f64,
     pub prompt_tokens: usize,
     pub prompt_seconds: f64,
@@ -168,7 +169,7 @@ pub struct Llama {
     batch: HashMap<usize, Step>,
     /// Tokens in slot 0's cache.
     pos: usize,
-    /// Seconds spent compiling graphs so far.
+    /// Seconds spent compiling graphs (and packing the weights for them) so far.
     compile_seconds: f64,
 }
 
@@ -547,7 +548,7 @@ impl Llama {
         Ok(g)
     }
 
-    /// Seconds spent compiling graphs since loading.
+    /// Seconds spent compiling graphs (and packing the weights for them) since loading.
     pub fn compile_seconds(&self) -> f64 {
         self.compile_seconds
     }
@@ -566,6 +567,9 @@ impl Llama {
                 (None, None) => return Err(Error::internal(format!("no weight for the graph's param '{name}'"))),
             }
         }
+        // The weights' packed copies (made by the first graph, shared by the others) are
+        // a load cost: without this the first prompt paid for them.
+        compiled.pack_params()?;
         self.compile_seconds += start.elapsed().as_secs_f64();
         Ok(Step { compiled, shape, bound: Vec::new(), last_run: 0 })
     }

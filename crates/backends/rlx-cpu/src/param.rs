@@ -282,6 +282,14 @@ impl ParamBuffer {
         Ok(panels)
     }
 
+    /// How many packed copies of the bytes the buffer holds (f32 panels, repacked quants,
+    /// bf16 tiles: memory beside the bytes), made by the programs that read it.
+    pub fn packed_copies(&self) -> usize {
+        self.0.packed.lock().unwrap_or_else(|e| e.into_inner()).len()
+            + self.0.q8_packed.lock().unwrap_or_else(|e| e.into_inner()).len()
+            + self.0.tiles.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Drops the packed copies: the bytes changed (a host write, or a program that
     /// writes the buffer in place ran).
     pub(crate) fn forget_packed(&self) {

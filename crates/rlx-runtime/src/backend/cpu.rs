@@ -37,6 +37,10 @@ impl Executable for CpuProgram {
         CpuProgram::updates_in_place(self, index)
     }
 
+    fn pack_params(&mut self) -> Result<()> {
+        CpuProgram::pack_params(self)
+    }
+
     fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>> {
         CpuProgram::run(self, inputs)
     }

@@ -28,6 +28,11 @@ pub trait Executable: Send {
     fn bind_param(&mut self, index: usize, buffer: ParamBuffer) -> Result<()>;
     /// Whether a run writes param `index`'s buffer in place (a KV cache: state).
     fn updates_in_place(&self, index: usize) -> bool;
+    /// Makes whatever a backend derives from the params for its kernels (the CPU's packed
+    /// weights) now rather than in the first run, for the params set or bound so far.
+    fn pack_params(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Called only once every param was set or bound (the runtime checks).
     fn run(&mut self, inputs: &[TensorRef<'_>]) -> Result<Vec<HostTensor>>;
     /// [`Executable::run`] that shows `visit` the outputs instead of returning them (a
