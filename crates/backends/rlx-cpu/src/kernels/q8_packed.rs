@@ -1104,7 +1104,16 @@ pub(super) mod x86 {
                 let group = p.bytes.as_ptr().add((g0 + g) * gb);
                 for b in 0..nb {
                     let at = group.add(quants_offset(scheme, b));
-                    prefetch_ahead(at, quants_offset(scheme, b + 1) - quants_offset(scheme, b));
+                    // More rows than one are compute-bound, and the prefetches only take issue
+                    // slots: AVX2 arm of an AMD EPYC Zen 4, 1 thread, SmolLM2's Q8_0 head (one
+                    // product) 2 / 4 / 8 rows 1.28-1.44 / 2.80-2.83 / 4.8-5.1 -> 1.20 / 2.56-2.59
+                    // / 4.4 ms, its 8-row decode step 21.4 -> 18.1-18.5 ms. One row streams the
+                    // weight, where the prefetch stays: even there on Zen 4 (a cold Q4_1 200000
+                    // x 576, 24.8-26.6 GB/s with, 26.7-27.4 without), not measured on the
+                    // AVX2-only CPUs that take this kernel.
+                    if A == 1 {
+                        prefetch_ahead(at, quants_offset(scheme, b + 1) - quants_offset(scheme, b));
+                    }
                     for half in 0..2 {
                         for h in 0..subs {
                             let steps = 8 / subs * h..8 / subs * (h + 1);
@@ -1173,7 +1182,9 @@ pub(super) mod x86 {
     /// i32. The block sums are the integers the VNNI kernel and `quant_gemm`'s panels
     /// get (`sum u q`, at most 32 x 255 x 32767 < 2^31, Q8_0's quants biased as there),
     /// then [`add_block`]'s f32 steps: the same bits. Against the panels (unpacked from
-    /// the repacked weight on each call): `quant_matmul::AVX2_SPLIT_ROWS`.
+    /// the repacked weight on each call): `quant_matmul::AVX2_SPLIT_ROWS`. No software
+    /// prefetch: compute-bound from one row (the Q8_0 head, 1 / 8 rows, 1.49 / 4.74 ->
+    /// 1.37 / 4.66-4.69 ms without it, AVX2 arm of an AMD EPYC Zen 4).
     ///
     /// # Safety
     /// As `dot_groups_q16` checks; the host has AVX2, FMA and F16C.
@@ -1210,7 +1221,6 @@ pub(super) mod x86 {
                 let group = p.bytes.as_ptr().add((g0 + g) * gb);
                 for b in 0..nb {
                     let at = group.add(quants_offset(scheme, b));
-                    prefetch_ahead(at, quants_offset(scheme, b + 1) - quants_offset(scheme, b));
                     for half in 0..2 {
                         let mut isums = [_mm256_setzero_si256(); A];
                         for t in 0..8 {
