@@ -1107,7 +1107,9 @@ pub(super) mod x86 {
                     // More rows than one are compute-bound, and the prefetches only take issue
                     // slots: AVX2 arm of an AMD EPYC Zen 4, 1 thread, SmolLM2's Q8_0 head (one
                     // product) 2 / 4 / 8 rows 1.28-1.44 / 2.80-2.83 / 4.8-5.1 -> 1.20 / 2.56-2.59
-                    // / 4.4 ms, its 8-row decode step 21.4 -> 18.1-18.5 ms. One row streams the
+                    // / 4.4 ms, its 8-row decode step 21.4 -> 18.1-18.5 ms (a quiet phase of the
+                    // VM; in a noisy one the two overlapped: the step 19.8-20.5 -> 19.3-26.0 ms,
+                    // the head's best 4.99-5.57 -> 4.56-5.76 ms). One row streams the
                     // weight, where the prefetch stays: even there on Zen 4 (a cold Q4_1 200000
                     // x 576, 24.8-26.6 GB/s with, 26.7-27.4 without), not measured on the
                     // AVX2-only CPUs that take this kernel.
