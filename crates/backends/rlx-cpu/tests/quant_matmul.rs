@@ -355,8 +355,8 @@ fn each_row_of_a_q8_batch_equals_that_row_alone() {
 }
 
 /// A prompt's 16-bit product: each activation row gets the same bits in a product of any
-/// number of rows and threads. Up to 32 rows the packable schemes dot the repacked weights
-/// in place, past it they go through the panel GEMM: both give the same integer block sums
+/// number of rows and threads. Up to 32 rows (16 with AVX2 alone) the packable schemes dot
+/// the repacked weights in place, past it they go through the panel GEMM: both give the same integer block sums
 /// and the same f32 steps, which this checks (as it checks that where a prompt is cut into
 /// pieces does not change its answer). Where the integer GEMM runs at every row count
 /// (AVX-512 VNNI) for any rows; with AVX2 alone for products of more than 8 rows (up to 8
