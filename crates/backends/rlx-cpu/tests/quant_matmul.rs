@@ -227,23 +227,31 @@ fn q8_activations_are_not_the_f32_product() {
     assert!(gap > 1e-4, "q8 and f32 products differ by only {gap}");
 }
 
+/// A zero activation row gives zeros and a NaN gives NaN in every output, on every arm,
+/// path and activation width, with and without a repacked copy of the weight.
 #[test]
 fn nan_propagates_and_zero_rows_stay_zero() {
+    use rlx_cpu::kernels::q8_packed::{Packed, available};
     let mut rng = Rng::new(5);
     let (k, n) = (64, 3);
     for s in REPACKED {
         let k = k.max(s.block_size());
         let w = random_weights(&mut rng, s, n, k);
-        let plan = |act| QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, act, 1);
+        let packed = std::sync::Arc::new(Packed::new(s, &w, n, k, None));
         for arm in Arm::available() {
             for act in [ActivationQuant::F32, ActivationQuant::Q8, ActivationQuant::Q16] {
-                let mut x = vec![0f32; k];
-                let mut out = vec![1f32; n];
-                dequant_matmul_into(&plan(act), arm, &x, &w, &mut out).unwrap();
-                assert!(out.iter().all(|&v| v == 0.0), "{} zero row -> {out:?}", s.name());
-                x[k - 1] = f32::NAN;
-                dequant_matmul_into(&plan(act), arm, &x, &w, &mut out).unwrap();
-                assert!(out.iter().all(|v| v.is_nan()), "{} NaN row -> {out:?} ({}, {act:?})", s.name(), arm.name());
+                for repacked in [false, true].into_iter().filter(|&r| !r || available(s, arm)) {
+                    let mut plan = QuantMatMulPlan::new(&[1, k], &[n, w.len() / n], s, act, 1);
+                    plan.packed = repacked.then(|| packed.clone());
+                    let mut x = vec![0f32; k];
+                    let mut out = vec![1f32; n];
+                    let case = format!("{} ({}, {act:?}, repacked {repacked})", s.name(), arm.name());
+                    dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
+                    assert!(out.iter().all(|&v| v == 0.0), "{case}: zero row -> {out:?}");
+                    x[k - 1] = f32::NAN;
+                    dequant_matmul_into(&plan, arm, &x, &w, &mut out).unwrap();
+                    assert!(out.iter().all(|v| v.is_nan()), "{case}: NaN row -> {out:?}");
+                }
             }
         }
     }
