@@ -307,6 +307,26 @@ fn pack_nibbles(values: &[u8], lane: usize, dst: &mut [u8]) {
     }
 }
 
+/// [`pack_nibbles`] straight from a Q4_0 / Q4_1 block's 16 quant bytes (byte j: value j
+/// low, value j + 16 high), four 32-bit words of masks and shifts instead of a byte per
+/// value: chunk 0 takes the low nibbles of bytes 0..8, chunk 1 of bytes 8..16, chunks 2
+/// and 3 their high nibbles. `rlx generate` on SmolLM2 Q4_1, 2 threads (AMD EPYC Zen 4):
+/// "compile and pack" 108-109 -> 74-75 ms.
+fn repack_q4_nibbles(quants: &[u8; 16], lane: usize, dst: &mut [u8]) {
+    let word = |i: usize| u32::from_le_bytes(quants[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    let (a, b, c, d) = (word(0), word(1), word(2), word(3));
+    const LOW: u32 = 0x0F0F_0F0F;
+    let chunks = [
+        (a & LOW) | ((b & LOW) << 4),
+        (c & LOW) | ((d & LOW) << 4),
+        ((a >> 4) & LOW) | (b & !LOW),
+        ((c >> 4) & LOW) | (d & !LOW),
+    ];
+    for (i, chunk) in chunks.iter().enumerate() {
+        dst[i * 64 + lane * 4..][..4].copy_from_slice(&chunk.to_le_bytes());
+    }
+}
+
 /// Writes bit `bit` of `values` (one block of row `lane`) into the group's step masks at
 /// `dst`: bit 4 lane + e of step t's 64-bit mask is value 4t + e's.
 fn pack_bit_masks(values: &[u8], bit: u8, lane: usize, dst: &mut [u8]) {
@@ -342,6 +362,10 @@ fn repack_unit(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
             let word = u32::from_le_bytes(quants[4 * t..4 * t + 4].try_into().expect("4 quants")) ^ 0x8080_8080;
             dst[t * 64 + lane * 4..][..4].copy_from_slice(&word.to_le_bytes());
         }
+    } else if matches!(scheme, QuantScheme::Q4_0 | QuantScheme::Q4_1) {
+        // The 16 quant bytes after the f16 scale (and min).
+        let at = if scheme == QuantScheme::Q4_1 { 4 } else { 2 };
+        repack_q4_nibbles(src[at..at + 16].try_into().expect("16 quant bytes"), lane, dst);
     } else {
         let mut values = [0u8; 32];
         super::quant_gemm::quants(scheme, src, &mut values);
