@@ -327,6 +327,20 @@ fn repack_q4_nibbles(quants: &[u8; 16], lane: usize, dst: &mut [u8]) {
     }
 }
 
+/// [`pack_nibbles`] for a block whose 32 values are the low (or, with `high`, the high)
+/// nibbles of 32 bytes in order (a Q4_K run), by 32-bit words as [`repack_q4_nibbles`].
+/// `rlx generate` on Gemma 3 270M Q4_K_M, 2 threads (AMD EPYC Zen 4): "compile and pack"
+/// 237-296 -> 199-209 ms.
+fn repack_nibble_run(bytes: &[u8; 32], high: bool, lane: usize, dst: &mut [u8]) {
+    const LOW: u32 = 0x0F0F_0F0F;
+    let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    for c in 0..4 {
+        let (first, second) = (word(2 * c), word(2 * c + 1));
+        let chunk = if high { ((first >> 4) & LOW) | (second & !LOW) } else { (first & LOW) | ((second & LOW) << 4) };
+        dst[c * 64 + lane * 4..][..4].copy_from_slice(&chunk.to_le_bytes());
+    }
+}
+
 /// Writes bit `bit` of `values` (one block of row `lane`) into the group's step masks at
 /// `dst`: bit 4 lane + e of step t's 64-bit mask is value 4t + e's.
 fn pack_bit_masks(values: &[u8], bit: u8, lane: usize, dst: &mut [u8]) {
@@ -388,8 +402,6 @@ fn repack_unit(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
 /// 5-bit schemes', Q6_K's two top bits in two planes ([`pack_two_bit_planes`]); Q2_K's
 /// and Q3_K's low two bits in the planes, Q3_K's third in masks.
 fn repack_k(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
-    let mut u = [0u8; 256];
-    super::quant_gemm::quants(scheme, src, &mut u);
     let (header, blocks) = dst.split_at_mut(k_header_bytes(scheme));
     let (d, scales): (&[u8], [u8; 16]) = match scheme {
         QuantScheme::Q2K => {
@@ -409,6 +421,17 @@ fn repack_k(scheme: QuantScheme, src: &[u8], lane: usize, dst: &mut [u8]) {
     for (j, &scale) in scales.iter().enumerate() {
         header[first + 16 * j + lane] = scale;
     }
+    if scheme == QuantScheme::Q4K {
+        // Its 4 runs of 32 quant bytes after the header hold blocks 2r (low nibbles) and
+        // 2r + 1 (high): the nibble chunks straight from them.
+        for (b, block) in blocks.chunks_exact_mut(quant_bytes(scheme)).enumerate() {
+            let bytes = src[16 + 32 * (b / 2)..][..32].try_into().expect("32 quant bytes");
+            repack_nibble_run(bytes, b % 2 == 1, lane, block);
+        }
+        return;
+    }
+    let mut u = [0u8; 256];
+    super::quant_gemm::quants(scheme, src, &mut u);
     for (values, block) in u.chunks_exact(32).zip(blocks.chunks_exact_mut(quant_bytes(scheme))) {
         if two_bits(scheme) {
             pack_two_bit_planes(values, 0, lane, block);
