@@ -315,13 +315,8 @@ fn pack_nibbles(values: &[u8], lane: usize, dst: &mut [u8]) {
 fn repack_q4_nibbles(quants: &[u8; 16], lane: usize, dst: &mut [u8]) {
     let word = |i: usize| u32::from_le_bytes(quants[4 * i..4 * i + 4].try_into().expect("4 bytes"));
     let (a, b, c, d) = (word(0), word(1), word(2), word(3));
-    const LOW: u32 = 0x0F0F_0F0F;
-    let chunks = [
-        (a & LOW) | ((b & LOW) << 4),
-        (c & LOW) | ((d & LOW) << 4),
-        ((a >> 4) & LOW) | (b & !LOW),
-        ((c >> 4) & LOW) | (d & !LOW),
-    ];
+    let chunks =
+        [nibble_chunk(a, b, false), nibble_chunk(c, d, false), nibble_chunk(a, b, true), nibble_chunk(c, d, true)];
     for (i, chunk) in chunks.iter().enumerate() {
         dst[i * 64 + lane * 4..][..4].copy_from_slice(&chunk.to_le_bytes());
     }
@@ -332,13 +327,18 @@ fn repack_q4_nibbles(quants: &[u8; 16], lane: usize, dst: &mut [u8]) {
 /// `rlx generate` on Gemma 3 270M Q4_K_M, 2 threads (AMD EPYC Zen 4): "compile and pack"
 /// 237-296 -> 199-209 ms.
 fn repack_nibble_run(bytes: &[u8; 32], high: bool, lane: usize, dst: &mut [u8]) {
-    const LOW: u32 = 0x0F0F_0F0F;
     let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"));
     for c in 0..4 {
-        let (first, second) = (word(2 * c), word(2 * c + 1));
-        let chunk = if high { ((first >> 4) & LOW) | (second & !LOW) } else { (first & LOW) | ((second & LOW) << 4) };
+        let chunk = nibble_chunk(word(2 * c), word(2 * c + 1), high);
         dst[c * 64 + lane * 4..][..4].copy_from_slice(&chunk.to_le_bytes());
     }
+}
+
+/// A nibble chunk's word: byte e holds the low (with `high`, the high) nibble of `first`'s
+/// byte e in its low half and that of `second`'s byte e in its high half.
+fn nibble_chunk(first: u32, second: u32, high: bool) -> u32 {
+    const LOW: u32 = 0x0F0F_0F0F;
+    if high { ((first >> 4) & LOW) | (second & !LOW) } else { (first & LOW) | ((second & LOW) << 4) }
 }
 
 /// Writes bit `bit` of `values` (one block of row `lane`) into the group's step masks at
