@@ -27,6 +27,7 @@
 //! after. The groups follow each other in row order, each group's blocks in column order,
 //! so a product reads the bytes in address order (the Zen 4 prefetcher's best case).
 
+use super::quant_gemm::vnni;
 use super::quant_matmul::Q8Row;
 use crate::features::{Arm, features};
 use crate::param::PageRelease;
@@ -220,12 +221,6 @@ fn has_min(scheme: QuantScheme) -> bool {
 /// of 128 (one sum a call, where each chunk of columns had summed every row again).
 pub(super) fn takes_sums16(scheme: QuantScheme, arm: Arm) -> bool {
     available(scheme, arm) && (by_16(scheme) || (scheme == QuantScheme::Q8_0 && !vnni(arm)))
-}
-
-/// Whether `arm` takes the AVX-512 VNNI kernels on this host.
-fn vnni(arm: Arm) -> bool {
-    let f = features();
-    arm >= Arm::Avx512 && f.has_avx512() && f.avx512vnni
 }
 
 /// Bytes of one (group, unit): a block's quants, scales and mins; a K-quant super-block's
